@@ -1,0 +1,1 @@
+"""One module per lab (labNN.py) registering that lab's graded questions."""
