@@ -1,0 +1,237 @@
+"""Run one workload through a contiguous and a paged KV cache and measure where memory goes.
+
+The model of time is deliberately plain, so the numbers can be checked by hand: one step is one
+decode iteration. In each step, in this order:
+
+1. requests whose arrival step has come join the waiting queue (first come, first served);
+2. requests that stored their last token in the previous step finish and free their memory;
+3. every running request stores one more token (paged: may need a new block, and when none is
+   free the most recently admitted request is preempted and goes back to the queue, as vLLM's
+   recompute preemption does);
+4. waiting requests are admitted in order while their prompt fits (a request that does not fit
+   blocks the ones behind it);
+5. the step is recorded.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from .contiguous import ContiguousAllocator
+from .kv_cache_manager import KVCacheManager, cdiv
+from .request import Request
+
+
+@dataclass(frozen=True)
+class WorkloadRequest:
+    """One request of a workload: when it arrives, its prompt, what it will and might generate."""
+
+    request_id: str
+    arrival_step: int
+    prompt_len: int
+    # Tokens it will actually generate before it stops (unknown to the server in advance).
+    output_len: int
+    # The cap the client sent; a contiguous allocator must reserve prompt_len + max_tokens.
+    max_tokens: int
+
+    def __post_init__(self) -> None:
+        if self.prompt_len < 1:
+            raise ValueError(f"{self.request_id}: prompt_len must be >= 1, got {self.prompt_len}")
+        if not 1 <= self.output_len <= self.max_tokens:
+            raise ValueError(f"{self.request_id}: need 1 <= output_len ({self.output_len}) "
+                             f"<= max_tokens ({self.max_tokens})")
+        if self.arrival_step < 0:
+            raise ValueError(f"{self.request_id}: arrival_step must be >= 0")
+
+
+def make_workload(num_requests: int, *, seed: int = 0, max_tokens: int = 512,
+                  prompt_len: tuple[int, int] = (16, 256), mean_output_len: float = 100.0,
+                  arrivals_per_step: float = 0.5) -> list[WorkloadRequest]:
+    """A reproducible random workload: uniform prompts, geometric outputs capped at max_tokens.
+
+    Outputs are geometric because most answers stop early (an end-of-sequence token) while a few
+    run to the cap, which is exactly the case where reserving max_tokens is wasteful.
+    """
+    import numpy as np
+
+    if num_requests < 1 or mean_output_len < 1 or arrivals_per_step <= 0:
+        raise ValueError("need num_requests >= 1, mean_output_len >= 1, arrivals_per_step > 0")
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(1.0 / arrivals_per_step, num_requests)
+    arrivals = np.floor(np.cumsum(gaps) - gaps[0]).astype(int)
+    prompts = rng.integers(prompt_len[0], prompt_len[1] + 1, num_requests)
+    outputs = np.minimum(rng.geometric(1.0 / mean_output_len, num_requests), max_tokens)
+    return [WorkloadRequest(f"r{i}", int(arrivals[i]), int(prompts[i]), int(outputs[i]), max_tokens)
+            for i in range(num_requests)]
+
+
+@dataclass
+class MemoryTimeline:
+    """Per-step memory accounting of one allocator on one workload (all counts in token slots)."""
+
+    allocator: str
+    capacity_tokens: int
+    stored_tokens: list[int] = field(default_factory=list)
+    reserved_tokens: list[int] = field(default_factory=list)
+    # Reserved slots the request will never fill (contiguous: max_tokens - output_len; paged:
+    # the empty tail of each request's last block).
+    internal_fragmentation: list[int] = field(default_factory=list)
+    # Reserved slots waiting for tokens not generated yet (contiguous only; paged reserves none).
+    reservation_waste: list[int] = field(default_factory=list)
+    # Free slots outside the largest hole (contiguous only; any free block fits in a paged cache).
+    external_fragmentation: list[int] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    finish_step: dict[str, int] = field(default_factory=dict)
+    preemptions: int = 0
+    # (step, request_id, why) for every admission that failed: "reservation" or "external".
+    failures: list[tuple[int, str, str]] = field(default_factory=list)
+
+    @property
+    def num_steps(self) -> int:
+        """Steps until the last request finished."""
+        return len(self.stored_tokens)
+
+    @property
+    def utilisation(self) -> list[float]:
+        """Tokens stored ÷ memory reserved, per step (1.0 when nothing is reserved)."""
+        return [s / r if r else 1.0 for s, r in zip(self.stored_tokens, self.reserved_tokens)]
+
+    @property
+    def mean_utilisation(self) -> float:
+        """Stored ÷ reserved over the whole run (steps weighted by what they reserved)."""
+        reserved = sum(self.reserved_tokens)
+        return sum(self.stored_tokens) / reserved if reserved else 1.0
+
+    @property
+    def peak_running(self) -> int:
+        """Most requests holding KV memory at once."""
+        return max(self.running, default=0)
+
+    def summary(self) -> dict[str, float]:
+        """The headline numbers as a flat dict (picklable, easy to print or check)."""
+        n = max(self.num_steps, 1)
+        return {
+            "steps": self.num_steps,
+            "mean_utilisation": round(self.mean_utilisation, 4),
+            "peak_running": self.peak_running,
+            "mean_running": round(sum(self.running) / n, 3),
+            "mean_internal_fragmentation": round(sum(self.internal_fragmentation) / n, 2),
+            "mean_reservation_waste": round(sum(self.reservation_waste) / n, 2),
+            "mean_external_fragmentation": round(sum(self.external_fragmentation) / n, 2),
+            "blocked_admission_steps": len(self.failures),
+            "blocked_by_external_fragmentation": sum(1 for f in self.failures if f[2] == "external"),
+            "preemptions": self.preemptions,
+        }
+
+
+def _check_fits(workload: list[WorkloadRequest], need: int, capacity: int, what: str) -> None:
+    if need > capacity:
+        raise ValueError(f"a request needs {need} {what} but the cache holds {capacity}: "
+                         f"raise the KV budget or lower max_tokens")
+
+
+def simulate_contiguous(workload: list[WorkloadRequest], capacity_tokens: int,
+                        max_steps: int = 100_000) -> MemoryTimeline:
+    """Run the workload with one first-fit slab of prompt_len + max_tokens per request."""
+    for r in workload:
+        _check_fits(workload, r.prompt_len + r.max_tokens, capacity_tokens, "slots")
+    alloc = ContiguousAllocator(capacity_tokens)
+    tl = MemoryTimeline("contiguous", capacity_tokens)
+    pending = deque(sorted(workload, key=lambda r: r.arrival_step))
+    waiting: deque[WorkloadRequest] = deque()
+    running: dict[str, WorkloadRequest] = {}  # insertion order = admission order
+    generated: dict[str, int] = {}
+    step = 0
+    while (pending or waiting or running) and step < max_steps:
+        while pending and pending[0].arrival_step <= step:
+            waiting.append(pending.popleft())
+        for rid in [rid for rid, r in running.items() if generated[rid] == r.output_len]:
+            alloc.free(rid)
+            del running[rid]
+            tl.finish_step[rid] = step
+        for rid in running:
+            alloc.append(rid)
+            generated[rid] += 1
+        while waiting:
+            r = waiting[0]
+            if alloc.allocate(r.request_id, r.prompt_len + r.max_tokens, r.prompt_len) is None:
+                tl.failures.append((step, r.request_id, alloc.failures[-1][1]))
+                break
+            waiting.popleft()
+            running[r.request_id] = r
+            generated[r.request_id] = 0
+        tl.stored_tokens.append(alloc.num_stored_tokens)
+        tl.reserved_tokens.append(alloc.num_reserved_slots)
+        tl.internal_fragmentation.append(sum(r.max_tokens - r.output_len for r in running.values()))
+        tl.reservation_waste.append(sum(r.output_len - generated[rid] for rid, r in running.items()))
+        tl.external_fragmentation.append(alloc.num_free_slots - alloc.largest_hole)
+        tl.running.append(len(running))
+        tl.waiting.append(len(waiting))
+        step += 1
+    return tl
+
+
+def simulate_paged(workload: list[WorkloadRequest], capacity_tokens: int, block_size: int = 16,
+                   max_steps: int = 100_000) -> MemoryTimeline:
+    """Run the workload on a KVCacheManager with capacity_tokens // block_size blocks."""
+    num_blocks = capacity_tokens // block_size
+    for r in workload:
+        _check_fits(workload, cdiv(r.prompt_len + r.output_len, block_size), num_blocks, "blocks")
+    kv = KVCacheManager(num_blocks, block_size, enable_caching=False)
+    tl = MemoryTimeline("paged", num_blocks * block_size)
+    pending = deque(sorted(workload, key=lambda r: r.arrival_step))
+    waiting: deque[WorkloadRequest] = deque()
+    running: dict[str, tuple[WorkloadRequest, Request]] = {}
+    step = 0
+    while (pending or waiting or running) and step < max_steps:
+        while pending and pending[0].arrival_step <= step:
+            waiting.append(pending.popleft())
+        for rid in [rid for rid, (w, q) in running.items() if len(q.output_token_ids) == w.output_len]:
+            kv.free(running.pop(rid)[1])
+            tl.finish_step[rid] = step
+        for rid in list(running):
+            if rid not in running:
+                continue  # preempted earlier in this step
+            w, q = running[rid]
+            q.append_output(0)
+            while kv.allocate_slots(q, 1) is None:
+                victim_id = next(reversed(running))
+                victim_w, victim_q = running.pop(victim_id)
+                kv.free(victim_q)
+                waiting.appendleft(victim_w)
+                tl.preemptions += 1
+                if victim_id == rid:
+                    break
+            else:
+                q.num_computed_tokens = q.num_tokens
+        while waiting:
+            w = waiting[0]
+            q = Request(w.request_id, [0] * w.prompt_len)
+            if kv.allocate_slots(q, w.prompt_len) is None:
+                tl.failures.append((step, w.request_id, "reservation"))
+                break
+            q.num_computed_tokens = w.prompt_len
+            waiting.popleft()
+            running[w.request_id] = (w, q)
+        stored = sum(q.num_computed_tokens for _, q in running.values())
+        reserved = (kv.num_blocks - kv.num_free_blocks) * block_size
+        tl.stored_tokens.append(stored)
+        tl.reserved_tokens.append(reserved)
+        tl.internal_fragmentation.append(reserved - stored)
+        tl.reservation_waste.append(0)
+        tl.external_fragmentation.append(0)
+        tl.running.append(len(running))
+        tl.waiting.append(len(waiting))
+        step += 1
+    return tl
+
+
+def max_concurrent_requests(prompt_len: int, output_len: int, max_tokens: int,
+                            capacity_tokens: int, block_size: int = 16) -> dict[str, int]:
+    """Identical requests, all at their full length: how many fit contiguous vs paged."""
+    return {
+        "contiguous": capacity_tokens // (prompt_len + max_tokens),
+        "paged": (capacity_tokens // block_size) // cdiv(prompt_len + output_len, block_size),
+    }
