@@ -12,6 +12,7 @@ from .block_pool import (BlockHash, BlockPool, FreeKVCacheBlockQueue, KVCacheBlo
 from .contiguous import ContiguousAllocator, Slab
 from .kv_cache_manager import KVCacheManager, RequestLike, cdiv
 from .request import Request
+from .trace import Frame, TraceRecorder, snapshot
 from .workload import (MemoryTimeline, WorkloadRequest, make_workload, max_concurrent_requests,
                        simulate_contiguous, simulate_paged)
 
@@ -19,5 +20,5 @@ __all__ = [
     "BlockHash", "BlockPool", "ContiguousAllocator", "FreeKVCacheBlockQueue", "KVCacheBlock",
     "KVCacheManager", "MemoryTimeline", "Request", "RequestLike", "Slab", "WorkloadRequest", "cdiv",
     "hash_block_tokens", "hash_request_blocks", "make_workload", "max_concurrent_requests",
-    "simulate_contiguous", "simulate_paged",
+    "simulate_contiguous", "simulate_paged", "Frame", "TraceRecorder", "snapshot",
 ]
