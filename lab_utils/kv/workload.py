@@ -9,7 +9,7 @@ decode iteration. In each step, in this order:
    free the most recently admitted request is preempted and goes back to the queue, as vLLM's
    recompute preemption does);
 4. waiting requests are admitted in order while their prompt fits (a request that does not fit
-   blocks the ones behind it);
+   blocks the ones behind it; paged admits nobody in a step that preempted);
 5. the step is recorded.
 """
 
@@ -191,6 +191,7 @@ def simulate_paged(workload: list[WorkloadRequest], capacity_tokens: int, block_
         for rid in [rid for rid, (w, q) in running.items() if len(q.output_token_ids) == w.output_len]:
             kv.free(running.pop(rid)[1])
             tl.finish_step[rid] = step
+        preempted_before = tl.preemptions
         for rid in list(running):
             if rid not in running:
                 continue  # preempted earlier in this step
@@ -206,7 +207,9 @@ def simulate_paged(workload: list[WorkloadRequest], capacity_tokens: int, block_
                     break
             else:
                 q.num_computed_tokens = q.num_tokens
-        while waiting:
+        # Like vLLM's scheduler, admit nobody in a step that had to preempt: the memory just freed
+        # is needed by the running requests' next tokens.
+        while waiting and tl.preemptions == preempted_before:
             w = waiting[0]
             q = Request(w.request_id, [0] * w.prompt_len)
             if kv.allocate_slots(q, w.prompt_len) is None:
