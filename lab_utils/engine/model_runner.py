@@ -1,0 +1,135 @@
+"""Turn the scheduler's plan into tensors, run the model on them, and sample.
+
+The runner owns the device side: the weights, the paged KV tensors and the sampler. It reads the
+plan (`SchedulerOutput`) and the requests' token ids; it never decides who runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from .llama import AttentionMetadata, LlamaModel, PrefillSpan
+from .request import Request
+from .sampler import Sampler
+from .scheduler import SchedulerOutput
+
+
+@dataclass
+class ModelRunnerOutput:
+    """The result of one forward pass."""
+
+    # request_id -> the token sampled for it; only requests whose new tokens reach their end
+    # (a partial prefill chunk samples nothing).
+    sampled_token_ids: dict[str, int] = field(default_factory=dict)
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
+
+
+class ModelRunner:
+    """Loads a Llama checkpoint onto a device and executes scheduled batches against a paged cache."""
+
+    def __init__(self, model: str | Path, device: str = "cpu", dtype=None, seed: int = 0,
+                 num_threads: int | None = None) -> None:
+        import torch
+
+        if num_threads is not None and device == "cpu":
+            torch.set_num_threads(num_threads)
+        self.device = device
+        with torch.inference_mode():
+            self.model = LlamaModel(model, device=device, dtype=dtype)
+        self.config = self.model.config
+        self.sampler = Sampler(device=device, seed=seed)
+        self.block_size = 0
+
+    def kv_bytes_per_block(self, block_size: int) -> int:
+        """Bytes one KV block takes across every layer."""
+        return self.config.kv_bytes_per_token(self.model.embed_tokens.element_size()) * block_size
+
+    def initialize_kv_cache(self, num_blocks: int, block_size: int) -> None:
+        """Allocate the paged K/V tensors."""
+        self.block_size = block_size
+        self.model.allocate_kv_cache(num_blocks, block_size)
+
+    def _slots(self, block_ids: list[int], start: int, end: int) -> list[int]:
+        bs = self.block_size
+        return [block_ids[p // bs] * bs + p % bs for p in range(start, end)]
+
+    def prepare_inputs(self, scheduler_output: SchedulerOutput, requests: Mapping[str, Request]):
+        """Flatten the plan: token ids, positions, cache slots, attention layout, rows to sample."""
+        import torch
+
+        so = scheduler_output
+        dev = self.device
+        # Single-token requests first: they share one padded attention call.
+        order = sorted(so.req_ids, key=lambda r: so.num_scheduled_tokens[r] != 1)
+        decodes = [r for r in order if so.num_scheduled_tokens[r] == 1]
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        logits_rows: list[int] = []
+        sample_ids: list[str] = []
+        prefills: list[PrefillSpan] = []
+        decode_ctx: list[int] = []
+        for rid in order:
+            req = requests[rid]
+            n = so.num_scheduled_tokens[rid]
+            start = so.num_computed_tokens.get(rid, req.num_computed_tokens)
+            end = start + n
+            blocks = so.block_tables[rid]
+            row = len(input_ids)
+            input_ids.extend(req.all_token_ids[start:end])
+            positions.extend(range(start, end))
+            slots.extend(self._slots(blocks, start, end))
+            if n == 1:
+                decode_ctx.append(end)
+            else:
+                ctx = None
+                if start > 0:
+                    ctx = torch.tensor(self._slots(blocks, 0, end), dtype=torch.long, device=dev)
+                prefills.append(PrefillSpan(row, row + n, start, ctx))
+            if end == req.num_tokens:  # the chunk reaches the end: its last row predicts a token
+                logits_rows.append(row + n - 1)
+                sample_ids.append(rid)
+        decode_slots = decode_mask = None
+        if decodes:
+            lmax = max(decode_ctx)
+            bs = self.block_size
+            nblk = -(-lmax // bs)
+            table = torch.tensor([(so.block_tables[r] + [0] * nblk)[:nblk] for r in decodes],
+                                 dtype=torch.long)  # (Nd, nblk), padded with block 0
+            pos = torch.arange(lmax)
+            decode_slots = (table[:, pos // bs] * bs + pos % bs).to(dev)  # (Nd, Lmax)
+            ctx_t = torch.tensor(decode_ctx)
+            decode_mask = (pos.unsqueeze(0) < ctx_t.unsqueeze(1)).view(len(decodes), 1, 1, lmax).to(dev)
+        meta = AttentionMetadata(
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),
+            num_decodes=len(decodes), decode_slots=decode_slots, decode_mask=decode_mask,
+            prefills=prefills)
+        return (torch.tensor(input_ids, dtype=torch.long, device=dev),
+                torch.tensor(positions, dtype=torch.long, device=dev), meta,
+                torch.tensor(logits_rows, dtype=torch.long, device=dev), sample_ids)
+
+    def execute_model(self, scheduler_output: SchedulerOutput,
+                      requests: Mapping[str, Request]) -> ModelRunnerOutput:
+        """One forward pass over the scheduled tokens, then sampling."""
+        import torch
+
+        so = scheduler_output
+        if so.total_num_scheduled_tokens == 0:
+            return ModelRunnerOutput()
+        with torch.inference_mode():
+            if so.blocks_to_copy:
+                self.model.copy_blocks(so.blocks_to_copy)
+            input_ids, positions, meta, logits_rows, sample_ids = self.prepare_inputs(so, requests)
+            out = ModelRunnerOutput(num_decode_tokens=meta.num_decodes,
+                                    num_prefill_tokens=len(input_ids) - meta.num_decodes)
+            if sample_ids:
+                logits = self.model.forward(input_ids, positions, meta, logits_rows)
+                params = [requests[r].sampling_params for r in sample_ids]
+                tokens = self.sampler.sample(logits, sample_ids, params)
+                out.sampled_token_ids = dict(zip(sample_ids, tokens))
+            else:  # only partial prefill chunks: fill the cache, sample nothing
+                self.model.forward(input_ids, positions, meta, logits_rows[:0])
+        return out

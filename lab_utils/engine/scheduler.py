@@ -1,0 +1,302 @@
+"""Continuous batching: each step, decide which requests run and how many of their tokens.
+
+NOTE on the algorithm (after vLLM v1's scheduler): there is no separate "prefill phase" and
+"decode phase". Every request simply has `num_computed_tokens` (K/V already in the cache) and
+`num_tokens` (prompt + output so far); each step gives it up to `num_tokens - num_computed_tokens`
+new tokens out of one shared token budget. A decode is a request that is one token behind; a
+prompt too long for the budget is cut into chunks (chunked prefill) and catches up over several
+steps. Running requests are served first; waiting ones are admitted while the budget, the
+`max_num_seqs` limit and the KV cache allow. When a running request cannot get a block for its
+next token, the most recently admitted running request is *preempted by recompute*: its blocks
+are freed and it goes back to the front of the queue, to be prefilled again later.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from .request import Request, RequestStatus
+
+
+@dataclass
+class SchedulerOutput:
+    """The plan for one step: plain data that the model runner executes and plots can draw."""
+
+    step: int
+    # Scheduled requests, in the order they were scheduled (running first, then newly admitted).
+    req_ids: list[str]
+    # request_id -> new tokens this step (1 for a decode, up to the budget for a prompt chunk).
+    num_scheduled_tokens: dict[str, int]
+    # request_id -> tokens already in the cache before this step.
+    num_computed_tokens: dict[str, int]
+    # request_id -> its block table (physical block ids) after this step's allocation.
+    block_tables: dict[str, list[int]]
+    # Requests scheduled for the first time, or again after a preemption.
+    new_req_ids: list[str] = field(default_factory=list)
+    # Requests preempted while making this plan (their blocks are already free).
+    preempted_req_ids: list[str] = field(default_factory=list)
+    # Copy-on-write block copies (src, dst) the runner must do before the forward pass.
+    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
+    num_running: int = 0
+    num_waiting: int = 0
+    token_budget: int = 0
+
+    @property
+    def total_num_scheduled_tokens(self) -> int:
+        """Tokens in this step's batch."""
+        return sum(self.num_scheduled_tokens.values())
+
+
+@dataclass
+class SchedulerConfig:
+    """The scheduler's limits (vLLM's SchedulerConfig, the fields the course uses)."""
+
+    max_num_seqs: int = 32  # most requests running at once
+    max_num_batched_tokens: int = 512  # token budget per step
+    max_model_len: int = 2048  # a request stops ("length") when prompt + output reaches this
+    enable_chunked_prefill: bool = True  # a prompt may be split across steps
+    long_prefill_token_threshold: int = 0  # cap on one request's new tokens per step (0 = no cap)
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
+        if self.max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+
+
+# A plan made by a lab 03 schedule function: anything with these two attributes.
+class _Plan(Protocol):
+    num_scheduled_tokens: dict
+    preempted_req_ids: list
+
+
+class Scheduler:
+    """vLLM-style scheduler over any KV cache manager with lab 02's API.
+
+    Args:
+        kv_cache_manager: has get_computed_blocks, allocate_slots, free, get_block_ids.
+        config: the limits (max_num_seqs, token budget, max_model_len, chunked prefill).
+        schedule_fn: optional lab 03 policy, `schedule_fn(state) -> plan`. The scheduler passes
+            itself as the state: `state.config`, `state.kv`, `state.running`, `state.waiting`,
+            `state.admit(req)`, `state.preempt_last()`. The plan needs `num_scheduled_tokens`
+            (request_id -> tokens) and `preempted_req_ids`. None uses the reference policy below.
+    """
+
+    def __init__(self, kv_cache_manager: Any, config: SchedulerConfig | None = None,
+                 schedule_fn: Callable[["Scheduler"], _Plan] | None = None) -> None:
+        self.kv_cache_manager = kv_cache_manager
+        self.config = config or SchedulerConfig()
+        self.schedule_fn = schedule_fn
+        self.now = 0.0  # lab 03 policies read the clock from the state
+        self._admitted: list[str] = []
+        self._preempted: list[str] = []
+        self.requests: dict[str, Request] = {}
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.num_steps = 0
+        self.num_preemptions = 0
+
+    # ------------------------------------------------------------------ queue
+    def add_request(self, request: Request) -> None:
+        """Queue a new request (it waits until a step admits it)."""
+        if request.request_id in self.requests:
+            raise ValueError(f"request id {request.request_id!r} is already in use")
+        self.requests[request.request_id] = request
+        self.waiting.append(request)
+
+    def has_unfinished_requests(self) -> bool:
+        """True while anything is waiting or running."""
+        return bool(self.waiting or self.running)
+
+    def get_num_unfinished_requests(self) -> int:
+        """Waiting plus running."""
+        return len(self.waiting) + len(self.running)
+
+    # ------------------------------------------------------------------ state for policies
+    @property
+    def kv(self) -> Any:
+        """The KV cache manager (the name lab 03's schedule functions use)."""
+        return self.kv_cache_manager
+
+    def admit(self, request: Request) -> None:
+        """Move `request` from the front of the waiting queue into the running batch."""
+        self.waiting.remove(request)
+        request.status = RequestStatus.RUNNING
+        self.running.append(request)
+        self._admitted.append(request.request_id)
+
+    def preempt_last(self) -> Request:
+        """Preempt (by recompute) the most recently admitted running request and return it.
+
+        Its blocks are freed, `num_computed_tokens` drops to 0, and it goes back to the front of
+        the waiting queue; the tokens it already generated are kept and recomputed later.
+        """
+        request = self.running.pop()
+        self.kv_cache_manager.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(request)
+        self._preempted.append(request.request_id)
+        return request
+
+    # ------------------------------------------------------------------ schedule
+    def _num_new_tokens(self, request: Request, num_computed: int, budget: int) -> int:
+        n = request.num_tokens - num_computed
+        if self.config.long_prefill_token_threshold:
+            n = min(n, self.config.long_prefill_token_threshold)
+        return min(n, budget)
+
+    def reference_schedule(self) -> dict[str, int]:
+        """The reference policy: running requests first (oldest first), then admissions.
+
+        Returns request_id -> new tokens; admissions and preemptions go through admit() and
+        preempt_last(), as a lab 03 policy's would.
+        """
+        kv = self.kv_cache_manager
+        cfg = self.config
+        budget = cfg.max_num_batched_tokens
+        scheduled: dict[str, int] = {}
+
+        # 1. Running requests: decodes (1 token) and unfinished prompt chunks.
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            n = self._num_new_tokens(req, req.num_computed_tokens, budget)
+            if n <= 0:  # cannot happen for a healthy request; skip rather than loop
+                i += 1
+                continue
+            while kv.allocate_slots(req, n) is None:
+                # No room: preempt the lowest-priority request, the most recently admitted one.
+                # It always sits after position i, so nothing already planned is undone.
+                if self.preempt_last() is req:
+                    break
+            else:
+                scheduled[req.request_id] = n
+                budget -= n
+                i += 1
+                continue
+            break  # the request preempted itself: nothing more fits this step
+
+        # 2. Waiting requests in arrival order (preempted ones sit at the front). As in vLLM, admit
+        # none in a step that had to preempt: memory is short.
+        while (self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs
+               and not self._preempted):
+            req = self.waiting[0]
+            hits, num_cached = kv.get_computed_blocks(req)
+            n = self._num_new_tokens(req, num_cached, budget)
+            if not cfg.enable_chunked_prefill and n < req.num_tokens - num_cached:
+                break  # the whole prompt must fit in one step
+            if kv.allocate_slots(req, n, hits) is None:
+                break
+            req.num_computed_tokens = num_cached
+            if req.num_preemptions == 0:
+                req.num_cached_tokens = num_cached
+            self.admit(req)
+            scheduled[req.request_id] = n
+            budget -= n
+        return scheduled
+
+    def _check_plan(self, scheduled: dict[str, int]) -> None:
+        """Refuse a plan the model runner cannot execute, with a message that says why."""
+        running = {r.request_id for r in self.running}
+        total = 0
+        for rid, n in scheduled.items():
+            if rid not in running:
+                raise RuntimeError(f"plan schedules {rid!r}, which is not running (admit it first)")
+            req = self.requests[rid]
+            left = req.num_tokens - req.num_computed_tokens
+            if not 1 <= n <= left:
+                raise RuntimeError(f"plan gives {rid!r} {n} tokens; it has {left} uncomputed tokens")
+            held = len(self.kv_cache_manager.get_block_ids(rid)) * self.kv_cache_manager.block_size
+            if held < req.num_computed_tokens + n:
+                raise RuntimeError(f"plan gives {rid!r} {n} tokens but its blocks hold only {held} "
+                                   "tokens: call kv.allocate_slots before scheduling")
+            total += n
+        if total > self.config.max_num_batched_tokens:
+            raise RuntimeError(f"plan schedules {total} tokens, over the budget of "
+                               f"{self.config.max_num_batched_tokens}")
+        if len(self.running) > self.config.max_num_seqs:
+            raise RuntimeError(f"{len(self.running)} requests running, over max_num_seqs="
+                               f"{self.config.max_num_seqs}")
+
+    def schedule(self) -> SchedulerOutput:
+        """Plan one step with the reference policy or `schedule_fn`, and describe it as data."""
+        self._admitted, self._preempted = [], []
+        if self.schedule_fn is None:
+            scheduled = self.reference_schedule()
+        else:
+            plan = self.schedule_fn(self)
+            scheduled = {rid: int(n) for rid, n in plan.num_scheduled_tokens.items() if int(n) > 0}
+            self._check_plan(scheduled)
+        kv = self.kv_cache_manager
+        pop_copies = getattr(kv, "pop_pending_copies", None)
+        self.num_steps += 1
+        return SchedulerOutput(
+            step=self.num_steps, req_ids=list(scheduled), num_scheduled_tokens=scheduled,
+            num_computed_tokens={rid: self.requests[rid].num_computed_tokens for rid in scheduled},
+            block_tables={rid: list(kv.get_block_ids(rid)) for rid in scheduled},
+            new_req_ids=[r for r in self._admitted if r in scheduled],
+            preempted_req_ids=list(self._preempted),
+            blocks_to_copy=pop_copies() if pop_copies else [],
+            num_running=len(self.running), num_waiting=len(self.waiting),
+            token_budget=self.config.max_num_batched_tokens)
+
+    # ------------------------------------------------------------------ update
+    def _check_stop(self, request: Request) -> bool:
+        params = request.sampling_params
+        token = request.output_token_ids[-1]
+        if not params.ignore_eos and request.eos_token_id is not None and token == request.eos_token_id:
+            request.status = RequestStatus.FINISHED_STOPPED
+        elif token in params.stop_token_ids:
+            request.status = RequestStatus.FINISHED_STOPPED
+            request.stop_reason = token
+        elif request.num_output_tokens >= params.max_tokens or request.num_tokens >= self.config.max_model_len:
+            request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+        return request.is_finished
+
+    def update_from_output(self, scheduler_output: SchedulerOutput,
+                           sampled_token_ids: dict[str, int]) -> list[Request]:
+        """Record the step's work: advance progress, append sampled tokens, finish and free.
+
+        Returns the requests that finished in this step.
+        """
+        finished: list[Request] = []
+        for rid, n in scheduler_output.num_scheduled_tokens.items():
+            req = self.requests.get(rid)
+            if req is None or req.status != RequestStatus.RUNNING:
+                continue
+            req.num_computed_tokens += n  # their K/V are in the cache now
+            token = sampled_token_ids.get(rid)
+            if token is None:  # a prompt chunk that does not reach the end yet
+                continue
+            req.append_output_token(int(token))
+            if self._check_stop(req):
+                finished.append(req)
+        for req in finished:
+            self._free(req)
+        return finished
+
+    def finish_requests(self, request_ids: list[str] | str, status: RequestStatus) -> list[Request]:
+        """Finish requests from outside (stop strings, aborts); frees their blocks."""
+        ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
+        done = []
+        for rid in ids:
+            req = self.requests.get(rid)
+            if req is None or req.is_finished:
+                continue
+            req.status = status
+            self._free(req)
+            done.append(req)
+        return done
+
+    def _free(self, request: Request) -> None:
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+        self.kv_cache_manager.free(request)
+        self.requests.pop(request.request_id, None)

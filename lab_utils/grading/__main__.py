@@ -1,0 +1,57 @@
+"""`python -m lab_utils.grading grade SUBMISSIONS --out OUT ...`: grade a class."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab_utils.grading",
+                                     description="Grade submitted LLM Serving Lab notebooks.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("grade", help="grade a folder of submissions (one folder per student)")
+    g.add_argument("submissions", type=Path, help="folder with one sub-folder per student")
+    g.add_argument("--out", type=Path, required=True, help="where gradebook.csv and feedback go")
+    g.add_argument("--hidden-tests", type=Path, default=None,
+                   help="instructor folder of hidden tests (labNN/test_*.py or test_NN_*.py)")
+    g.add_argument("--workers", type=int, default=1, help="notebooks graded at once (default 1)")
+    g.add_argument("--timeout", type=float, default=900, help="seconds allowed per notebook (default 900)")
+    g.add_argument("--memory-mb", type=int, default=6144,
+                   help="address-space limit per notebook run in MB; 0 for none (default 6144)")
+    g.add_argument("--force", action="store_true", help="regrade unchanged submissions too")
+    g.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   default=[], help="set a notebook parameter for every run, e.g. -p LIGHT True")
+    q = sub.add_parser("questions", help="list the graded questions of a lab")
+    q.add_argument("lab")
+    args = parser.parse_args(argv)
+
+    if args.command == "questions":
+        from .registry import questions_for
+
+        for item in questions_for(args.lab):
+            print(f"{item.id:32s} {item.points:g} pts  answers: {', '.join(item.answers)}")
+        return 0
+
+    from .grader import grade_class
+
+    params = {}
+    for name, value in args.parameter:
+        try:
+            params[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            params[name] = value
+    try:
+        grade_class(args.submissions, args.out, args.hidden_tests, workers=args.workers,
+                    timeout=args.timeout, memory_mb=args.memory_mb, force=args.force,
+                    parameters=params)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
