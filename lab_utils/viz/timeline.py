@@ -52,6 +52,100 @@ def _step_axis(result: SimResult):
     return to_step
 
 
+def _rect(x0: float, x1: float, y0: float, y1: float) -> list[tuple[float, float]]:
+    return [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
+
+
+def timeline_geometry(result: SimResult, axis: str = "time", lanes: int | None = None) -> dict:
+    """The rectangles of a timeline, before drawing: prefill / decode / padding / idle boxes and markers.
+
+    Returns a dict with "prefill" and "decode" ([verts], [colours]), "padding" and "idle" [verts],
+    "preempted" ([x], [y]), "labels" [(x, y, text)] and "x_end".
+    """
+    if axis not in ("time", "step"):
+        raise ValueError(f"axis must be 'time' or 'step', got {axis!r}")
+    if axis == "step" and not result.steps:
+        raise ValueError("axis='step' needs step records; a measured trace only has times, use axis='time'")
+    to_x = _step_axis(result) if axis == "step" else (lambda t, is_end: t)
+    lanes = result.num_slots if lanes is None else min(result.num_slots, lanes)
+    colours = request_colours([r.request_id for r in result.requests])
+    geo = {"prefill": ([], []), "decode": ([], []), "padding": [], "idle": [], "preempted": ([], []),
+           "labels": [], "x_end": 0.0, "lanes": lanes}
+    x_end = 0.0
+    for r in result.requests:
+        colour = colours[r.request_id]
+        for res in r.residencies:
+            if res.slot >= lanes:
+                continue
+            y0, y1 = res.slot + 0.1, res.slot + 0.9
+            x0, xp, x1 = to_x(res.start, False), to_x(res.prefill_end, True), to_x(res.end, True)
+            if xp > x0:
+                geo["prefill"][0].append(_rect(x0, xp, y0, y1))
+                geo["prefill"][1].append(colour)
+            if x1 > xp:
+                geo["decode"][0].append(_rect(xp, x1, y0, y1))
+                geo["decode"][1].append(colour)
+            if res.held_until is not None and res.held_until > res.end:
+                geo["padding"].append(_rect(x1, to_x(res.held_until, True), y0, y1))
+            if res.end != r.finish_time:  # this stay ended in a preemption
+                geo["preempted"][0].append(x1)
+                geo["preempted"][1].append(res.slot + 0.5)
+            geo["labels"].append(((x0 + x1) / 2, res.slot + 0.5, str(r.request_id)))
+            x_end = max(x_end, to_x(res.release, True))
+    geo["idle"] = [_rect(0, x_end, s + 0.05, s + 0.95) for s in range(lanes)]
+    geo["x_end"] = x_end
+    return geo
+
+
+def _legend_handles(measured: bool) -> list:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    return [Patch(facecolor="#777777", alpha=0.55, hatch="////",
+                  label="waiting + prefill" if measured else "prefill"),
+            Patch(facecolor="#555555", label="decode"),
+            Patch(facecolor=PADDING_COLOUR, alpha=0.6, hatch="xx", label="padding (finished, slot held)"),
+            Patch(facecolor=IDLE_COLOUR, edgecolor="#cccccc", label="idle slot"),
+            Line2D([], [], color="red", marker="x", linestyle="none", label="preempted")]
+
+
+class _TimelineArtists:
+    """The artists of one timeline Axes, created once and refilled by `set`."""
+
+    def __init__(self, ax, measured: bool, lanes: int) -> None:
+        from matplotlib.collections import PolyCollection
+
+        self.ax = ax
+        self.idle = ax.add_collection(PolyCollection([], facecolors=IDLE_COLOUR, edgecolors="none"))
+        self.prefill = ax.add_collection(PolyCollection([], edgecolors="white", hatch="////", alpha=0.55,
+                                                        linewidths=0.3))
+        self.decode = ax.add_collection(PolyCollection([], edgecolors="white", linewidths=0.3))
+        self.padding = ax.add_collection(PolyCollection([], facecolors=PADDING_COLOUR, edgecolors="white",
+                                                        hatch="xx", alpha=0.6, linewidths=0.3))
+        (self.preempted,) = ax.plot([], [], "rx", markersize=6)
+        self.texts: list = []
+        ax.legend(handles=_legend_handles(measured), loc="lower center", bbox_to_anchor=(0.5, 1.0),
+                  ncol=5, fontsize=8, frameon=False, borderaxespad=0.2)
+
+    def set(self, geo: dict, label_requests: bool) -> None:
+        self.idle.set_verts(geo["idle"])
+        self.prefill.set_verts(geo["prefill"][0])
+        self.prefill.set_facecolor(geo["prefill"][1])
+        self.decode.set_verts(geo["decode"][0])
+        self.decode.set_facecolor(geo["decode"][1])
+        self.padding.set_verts(geo["padding"])
+        self.preempted.set_data(*geo["preempted"])
+        for t in self.texts:
+            t.remove()
+        self.texts = [self.ax.text(x, y, s, ha="center", va="center", fontsize=7)
+                      for x, y, s in geo["labels"]] if label_requests else []
+        x_end, lanes = geo["x_end"], geo["lanes"]
+        self.ax.set_xlim(0, x_end * 1.01 if x_end > 0 else 1)
+        self.ax.set_ylim(lanes, 0)
+        if lanes <= 40:
+            self.ax.set_yticks([s + 0.5 for s in range(lanes)], [str(s) for s in range(lanes)])
+
+
 def plot_timeline(source, *, axis: str = "time", ax=None, title: str | None = None,
                   max_slots: int | None = None, label_requests: bool | None = None):
     """Draw batch slots over time (or steps): a colour per request, prefill hatched, padding grey, idle bare.
@@ -67,78 +161,22 @@ def plot_timeline(source, *, axis: str = "time", ax=None, title: str | None = No
         the matplotlib Figure.
     """
     import matplotlib.pyplot as plt
-    from matplotlib.collections import PolyCollection
-    from matplotlib.patches import Patch
 
     result = _as_result(source)
-    if axis not in ("time", "step"):
-        raise ValueError(f"axis must be 'time' or 'step', got {axis!r}")
-    if axis == "step" and not result.steps:
-        raise ValueError("axis='step' needs step records; a measured trace only has times, use axis='time'")
-    to_x = _step_axis(result) if axis == "step" else (lambda t, is_end: t)
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(10, 0.9 + 0.32 * min(result.num_slots, max_slots or 10 ** 9, 40)))
+    geo = timeline_geometry(result, axis, max_slots)
+    new_figure = ax is None
+    if new_figure:
+        fig, ax = plt.subplots(figsize=(10, 0.9 + 0.32 * min(geo["lanes"], 40)))
     else:
         fig = ax.figure
-    ids = [r.request_id for r in result.requests]
-    colours = request_colours(ids)
-    lanes = result.num_slots if max_slots is None else min(result.num_slots, max_slots)
     if label_requests is None:
-        label_requests = len(ids) <= 40
-
-    prefill, decode, padding = ([], [], []), ([], [], []), []
-    preempt_x, preempt_y = [], []
-    t_end = 0.0
-    for r in result.requests:
-        for res in r.residencies:
-            if res.slot >= lanes:
-                continue
-            y0, y1 = res.slot + 0.1, res.slot + 0.9
-            x0, xp, x1 = to_x(res.start, False), to_x(res.prefill_end, True), to_x(res.end, True)
-            if xp > x0:
-                prefill[0].append([(x0, y0), (xp, y0), (xp, y1), (x0, y1)])
-                prefill[1].append(colours[r.request_id])
-            if x1 > xp:
-                decode[0].append([(xp, y0), (x1, y0), (x1, y1), (xp, y1)])
-                decode[1].append(colours[r.request_id])
-            if res.held_until is not None and res.held_until > res.end:
-                xh = to_x(res.held_until, True)
-                padding.append([(x1, y0), (xh, y0), (xh, y1), (x1, y1)])
-            if res.end != r.finish_time:  # preempted here
-                preempt_x.append(x1)
-                preempt_y.append(res.slot + 0.5)
-            if label_requests and x1 > x0:
-                ax.text((x0 + x1) / 2, res.slot + 0.5, str(r.request_id), ha="center", va="center", fontsize=7)
-            t_end = max(t_end, to_x(res.release, True))
-    ax.add_collection(PolyCollection([[(0, s + 0.05), (t_end, s + 0.05), (t_end, s + 0.95), (0, s + 0.95)]
-                                      for s in range(lanes)], facecolors=IDLE_COLOUR, edgecolors="none"))
-    if prefill[0]:
-        ax.add_collection(PolyCollection(prefill[0], facecolors=prefill[1], edgecolors="white",
-                                         hatch="////", alpha=0.55, linewidths=0.3))
-    if decode[0]:
-        ax.add_collection(PolyCollection(decode[0], facecolors=decode[1], edgecolors="white", linewidths=0.3))
-    if padding:
-        ax.add_collection(PolyCollection(padding, facecolors=PADDING_COLOUR, edgecolors="white",
-                                         hatch="xx", alpha=0.6, linewidths=0.3))
-    if preempt_x:
-        ax.plot(preempt_x, preempt_y, "rx", markersize=6, label="preempted")
-    ax.set_xlim(0, t_end * 1.01 if t_end > 0 else 1)
-    ax.set_ylim(lanes, 0)
+        label_requests = len(result.requests) <= 40
+    _TimelineArtists(ax, result.measured, geo["lanes"]).set(geo, label_requests)
     ax.set_ylabel("batch slot")
     ax.set_xlabel("engine step" if axis == "step" else "time (s)")
-    if lanes <= 40:
-        ax.set_yticks([s + 0.5 for s in range(lanes)], [str(s) for s in range(lanes)])
-    first_label = "waiting + prefill" if result.measured else "prefill"
-    handles = [Patch(facecolor="#777777", alpha=0.55, hatch="////", label=first_label),
-               Patch(facecolor="#555555", label="decode"),
-               Patch(facecolor=PADDING_COLOUR, alpha=0.6, hatch="xx", label="padding (finished, slot held)"),
-               Patch(facecolor=IDLE_COLOUR, edgecolor="#cccccc", label="idle slot")]
-    if preempt_x:
-        handles.append(ax.lines[-1])
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.18 if lanes <= 12 else -0.08),
-              ncol=len(handles), fontsize=8, frameon=False)
-    ax.set_title(title or result.policy)
-    fig.tight_layout()
+    ax.set_title(title or result.policy, fontsize=10, pad=22)
+    if new_figure:
+        fig.tight_layout()  # costly (it measures every label); the explorer keeps its layout
     return fig
 
 
@@ -168,10 +206,9 @@ def plot_throughput_latency(rows: list[dict], *, latency: str = "e2e_p99", throu
     return fig
 
 
-def explorer_figure(policy: str = "continuous", batch_size: int = 8, load: float = 2.0, *,
-                    make_workload: Callable[[float], list] | None = None, cost=None, axis: str = "time",
-                    ax=None):
-    """The figure the interactive explorer shows for one setting: simulate, then draw the timeline.
+def explorer_result(policy: str = "continuous", batch_size: int = 8, load: float = 2.0, *,
+                    make_workload: Callable[[float], list] | None = None, cost=None) -> tuple[SimResult, str]:
+    """Simulate one explorer setting; returns the result and a one-line summary for the title.
 
     Args:
         policy: "static", "continuous" or "dynamic".
@@ -179,8 +216,6 @@ def explorer_figure(policy: str = "continuous", batch_size: int = 8, load: float
         load: arrival rate in requests per second.
         make_workload: rate -> workload (default: 32 requests, mixed lengths, seed 0).
     """
-    import matplotlib.pyplot as plt
-
     from lab_utils.sim import (ContinuousBatching, DynamicBatching, LengthDist, StaticBatching,
                                StepCostModel, poisson_workload, simulate, summarize)
 
@@ -200,16 +235,44 @@ def explorer_figure(policy: str = "continuous", batch_size: int = 8, load: float
         raise ValueError(f"policy must be 'static', 'continuous' or 'dynamic', got {policy!r}")
     result = simulate(make_workload(float(load)), cfg, cost)
     m = summarize(result)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(10, 0.9 + 0.32 * min(batch_size, 32)))
-    return plot_timeline(result, ax=ax, axis=axis, label_requests=False,
-                  title=(f"{cfg.name} at {load:g} req/s — {m.output_tokens_per_s:.0f} tok/s, "
-                         f"p50 TTFT {m.ttft_p50:.2f} s, slot use {m.slot_utilisation:.0%}"))
+    return result, (f"{cfg.name} at {load:g} req/s: {m.output_tokens_per_s:.0f} tok/s, "
+                    f"p50 TTFT {m.ttft_p50:.2f} s, slot use {m.slot_utilisation:.0%}")
+
+
+def explorer_figure(policy: str = "continuous", batch_size: int = 8, load: float = 2.0, *,
+                    make_workload: Callable[[float], list] | None = None, cost=None, axis: str = "time",
+                    ax=None):
+    """The timeline the explorer shows for one setting, as a Figure (or drawn into `ax`)."""
+    result, title = explorer_result(policy, batch_size, load, make_workload=make_workload, cost=cost)
+    return plot_timeline(result, ax=ax, axis=axis, label_requests=False, max_slots=32, title=title)
+
+
+class TimelineExplorer:
+    """One figure whose artists are refilled for each (policy, batch size, load): what the widget drives."""
+
+    def __init__(self, make_workload: Callable[[float], list] | None = None, cost=None) -> None:
+        import matplotlib.pyplot as plt
+
+        self.make_workload = make_workload
+        self.cost = cost
+        with plt.ioff():
+            self.fig, self.ax = plt.subplots(figsize=(10, 4.2))
+        self.fig.subplots_adjust(left=0.07, right=0.98, top=0.83, bottom=0.12)
+        self.ax.set_ylabel("batch slot")
+        self.ax.set_xlabel("time (s)")
+        self.artists = _TimelineArtists(self.ax, False, 8)
+
+    def update(self, policy: str = "continuous", batch_size: int = 8, load: float = 2.0):
+        """Re-simulate and refill the timeline; returns the Figure."""
+        result, title = explorer_result(policy, batch_size, load, make_workload=self.make_workload, cost=self.cost)
+        self.artists.set(timeline_geometry(result, "time", 32), label_requests=False)
+        self.ax.set_title(title, fontsize=10, pad=22)
+        return self.fig
 
 
 def timeline_explorer(make_workload: Callable[[float], list] | None = None, cost=None, *,
                       interactive: bool = True):
-    """Sliders for policy, batch size and load over a live timeline; a static grid without ipywidgets.
+    """Controls for policy, batch size and load over a live timeline; a static grid without ipywidgets.
 
     Returns the ipywidgets box (display it) or, when ipywidgets is missing or `interactive` is
     False, one Figure with the three policies side by side at two loads.
@@ -221,20 +284,19 @@ def timeline_explorer(make_workload: Callable[[float], list] | None = None, cost
             interactive = False
     if not interactive:
         return _static_grid(make_workload, cost)
-    import matplotlib.pyplot as plt
     from IPython.display import display
 
+    explorer = TimelineExplorer(make_workload, cost)
     policy = widgets.Dropdown(options=["static", "continuous", "dynamic"], value="continuous", description="policy")
     batch = widgets.IntSlider(value=8, min=1, max=32, description="batch size")
     load = widgets.FloatLogSlider(value=2.0, base=10, min=-1, max=1.5, step=0.05, description="req/s")
     out = widgets.Output()
 
     def redraw(_=None) -> None:
+        fig = explorer.update(policy.value, batch.value, load.value)
         with out:
             out.clear_output(wait=True)
-            fig = explorer_figure(policy.value, batch.value, load.value, make_workload=make_workload, cost=cost)
             display(fig)
-            plt.close(fig)
 
     for w in (policy, batch, load):
         w.observe(redraw, names="value")
