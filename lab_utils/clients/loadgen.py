@@ -1,0 +1,344 @@
+"""An async load generator for OpenAI-compatible servers (vLLM, the TGI gateway, ...).
+
+Two ways to offer load, the two that serving benchmarks use:
+
+- **closed loop** (`concurrency=N`): N clients each send a request, wait for the whole answer,
+  and send the next one. The server never sees more than N requests; throughput is what it
+  can do at that concurrency.
+- **open loop** (`rate=R` requests/s): requests arrive as a Poisson process whatever the server
+  is doing, like independent users. Past the server's capacity the queue (and TTFT) grows
+  without bound: this is how you find the knee.
+
+Every request streams, so the client sees each token arrive:
+
+    start ──── first token ── token ── token ─ ... ── finish
+          TTFT              ITL      ITL               (E2E = finish - start)
+    TPOT = (E2E - TTFT) / (output tokens - 1)     # mean time per output token after the first
+
+    result = run_load(srv.base_url, srv.model_name, prompts, concurrency=8, max_tokens=64)
+    result.summary.ttft_p95, result.summary.output_tokens_per_s, result.records[0].first_token
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class RequestRecord:
+    """One request as the client saw it; times are seconds since the run started."""
+
+    request_id: int
+    start: float
+    first_token: float | None = None
+    finish: float | None = None
+    # arrival time of every streamed chunk that carried text
+    chunk_times: list[float] = field(default_factory=list)
+    # from the server's usage report when it sends one, else the number of text chunks
+    output_tokens: int = 0
+    prompt_tokens: int | None = None
+    text: str = ""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the request finished without an error."""
+        return self.error is None and self.finish is not None
+
+    @property
+    def ttft(self) -> float | None:
+        """Time to first token (s)."""
+        return None if self.first_token is None else self.first_token - self.start
+
+    @property
+    def e2e(self) -> float | None:
+        """End-to-end latency (s)."""
+        return None if self.finish is None else self.finish - self.start
+
+    @property
+    def tpot(self) -> float | None:
+        """Mean time per output token after the first (s); None for a one-token answer."""
+        if self.ttft is None or self.e2e is None or self.output_tokens < 2:
+            return None
+        return (self.e2e - self.ttft) / (self.output_tokens - 1)
+
+    @property
+    def itl(self) -> list[float]:
+        """Inter-token latencies: gaps between consecutive streamed chunks (s)."""
+        return [b - a for a, b in zip(self.chunk_times, self.chunk_times[1:])]
+
+    def to_dict(self) -> dict:
+        """A plain dict (picklable, JSON-able) without the chunk times and text."""
+        d = asdict(self)
+        d.pop("chunk_times")
+        d.pop("text")
+        d.update(ttft=self.ttft, e2e=self.e2e, tpot=self.tpot)
+        return d
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) with linear interpolation between ranks (numpy's default)."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"q is a percentile between 0 and 100, got {q}")
+    xs = sorted(float(v) for v in values)
+    if not xs:
+        return math.nan
+    pos = (len(xs) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@dataclass
+class LoadSummary:
+    """Aggregates of one run: counts, throughput and latency percentiles (seconds)."""
+
+    num_requests: int
+    num_ok: int
+    num_errors: int
+    duration_s: float
+    requests_per_s: float
+    output_tokens: int
+    output_tokens_per_s: float
+    ttft_mean: float
+    ttft_p50: float
+    ttft_p95: float
+    ttft_p99: float
+    tpot_mean: float
+    tpot_p50: float
+    tpot_p95: float
+    itl_p50: float
+    itl_p95: float
+    e2e_mean: float
+    e2e_p50: float
+    e2e_p95: float
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """A plain dict of every field."""
+        return asdict(self)
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def summarize(records: Sequence[RequestRecord], duration_s: float | None = None) -> LoadSummary:
+    """Summarize request records; duration defaults to first start → last finish."""
+    ok = [r for r in records if r.ok]
+    if duration_s is None:
+        ends = [r.finish for r in records if r.finish is not None]
+        duration_s = (max(ends) - min(r.start for r in records)) if ends else 0.0
+    ttft = [r.ttft for r in ok if r.ttft is not None]
+    tpot = [r.tpot for r in ok if r.tpot is not None]
+    itl = [g for r in ok for g in r.itl]
+    e2e = [r.e2e for r in ok if r.e2e is not None]
+    out_tokens = sum(r.output_tokens for r in ok)
+    per_s = (lambda n: n / duration_s) if duration_s > 0 else (lambda n: math.nan)
+    return LoadSummary(
+        num_requests=len(records), num_ok=len(ok), num_errors=len(records) - len(ok),
+        duration_s=duration_s, requests_per_s=per_s(len(ok)),
+        output_tokens=out_tokens, output_tokens_per_s=per_s(out_tokens),
+        ttft_mean=_mean(ttft), ttft_p50=percentile(ttft, 50), ttft_p95=percentile(ttft, 95),
+        ttft_p99=percentile(ttft, 99),
+        tpot_mean=_mean(tpot), tpot_p50=percentile(tpot, 50), tpot_p95=percentile(tpot, 95),
+        itl_p50=percentile(itl, 50), itl_p95=percentile(itl, 95),
+        e2e_mean=_mean(e2e), e2e_p50=percentile(e2e, 50), e2e_p95=percentile(e2e, 95),
+        errors=[f"request {r.request_id}: {r.error}" for r in records if r.error],
+    )
+
+
+@dataclass
+class LoadResult:
+    """Everything one run produced: per-request records, the summary, and how it was run."""
+
+    records: list[RequestRecord]
+    summary: LoadSummary
+    started_at: float  # time.time() when the run started, to line up with a MetricsSampler
+    settings: dict
+
+    def timeline(self) -> list[dict]:
+        """Per-request rows (request_id, start, first_token, finish, output_tokens, error) for plots."""
+        return [{"request_id": r.request_id, "start": r.start, "first_token": r.first_token,
+                 "finish": r.finish, "output_tokens": r.output_tokens, "error": r.error}
+                for r in self.records]
+
+
+def _payload(endpoint: str, model: str, prompt: str | list[dict], max_tokens: int,
+             temperature: float, ignore_eos: bool, extra_body: dict | None) -> dict:
+    body: dict = {"model": model, "max_tokens": max_tokens, "temperature": temperature, "stream": True,
+                  "stream_options": {"include_usage": True}}
+    if endpoint == "chat":
+        body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    if ignore_eos:
+        body["ignore_eos"] = True  # a vLLM extension: always generate max_tokens
+    if extra_body:
+        body.update(extra_body)
+    return body
+
+
+def _chunk_text(endpoint: str, event: dict) -> str:
+    choices = event.get("choices") or []
+    if not choices:
+        return ""
+    if endpoint == "chat":
+        return (choices[0].get("delta") or {}).get("content") or ""
+    return choices[0].get("text") or ""
+
+
+async def _one_request(client, url: str, headers: dict, body: dict, endpoint: str, rec: RequestRecord,
+                       t0: float, timeout: float) -> None:
+    chunks = 0
+    try:
+        async with client.stream("POST", url, json=body, headers=headers, timeout=timeout) as resp:
+            if resp.status_code != 200:
+                detail = (await resp.aread()).decode("utf-8", "replace")[:300]
+                rec.error = f"HTTP {resp.status_code}: {detail}"
+                return
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                event = json.loads(data)
+                if "error" in event:
+                    rec.error = str(event["error"])[:300]
+                    return
+                text = _chunk_text(endpoint, event)
+                if text:
+                    now = time.perf_counter() - t0
+                    if rec.first_token is None:
+                        rec.first_token = now
+                    rec.chunk_times.append(now)
+                    rec.text += text
+                    chunks += 1
+                usage = event.get("usage")
+                if usage:
+                    rec.output_tokens = int(usage.get("completion_tokens") or 0)
+                    rec.prompt_tokens = usage.get("prompt_tokens")
+        if rec.output_tokens == 0:
+            rec.output_tokens = chunks
+        rec.finish = time.perf_counter() - t0
+    except Exception as exc:  # a load test reports failures, it does not stop at the first one
+        rec.error = f"{type(exc).__name__}: {exc}"[:300]
+
+
+async def run_load_async(
+    base_url: str,
+    model: str,
+    prompts: Sequence[str | list[dict]],
+    *,
+    num_requests: int | None = None,
+    concurrency: int | None = None,
+    rate: float | None = None,
+    max_tokens: int = 64,
+    temperature: float = 0.0,
+    endpoint: str = "completions",
+    api_key: str = "EMPTY",
+    ignore_eos: bool = False,
+    extra_body: dict | None = None,
+    seed: int = 0,
+    timeout: float = 300.0,
+) -> LoadResult:
+    """Send `num_requests` streaming requests (prompts reused in turn) and record each one.
+
+    Args:
+        base_url: the server's OpenAI base URL, ending in /v1.
+        concurrency: closed loop: this many requests in flight at all times.
+        rate: open loop: Poisson arrivals at this many requests/s (concurrency, if also given,
+            caps the requests in flight).
+        endpoint: "completions" (prompt text) or "chat" (messages; a string becomes one user turn).
+        ignore_eos: ask vLLM to always generate max_tokens (same work for every request).
+    """
+    import httpx
+
+    if not prompts:
+        raise ValueError("prompts is empty: give at least one prompt")
+    if endpoint not in ("completions", "chat"):
+        raise ValueError(f"endpoint must be 'completions' or 'chat', got {endpoint!r}")
+    if concurrency is None and rate is None:
+        raise ValueError("give concurrency=N (closed loop) or rate=R requests/s (open loop)")
+    if concurrency is not None and int(concurrency) < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    if rate is not None and not rate > 0:
+        raise ValueError(f"rate must be a positive number of requests per second, got {rate}")
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    n = len(prompts) if num_requests is None else int(num_requests)
+    url = base_url.rstrip("/") + ("/chat/completions" if endpoint == "chat" else "/completions")
+    headers = {"Authorization": f"Bearer {api_key}"}
+    in_flight = int(concurrency) if concurrency is not None else n
+    limits = httpx.Limits(max_connections=max(in_flight, 1) + 4, max_keepalive_connections=max(in_flight, 1) + 4)
+    records: list[RequestRecord] = []
+    started_at = time.time()
+    t0 = time.perf_counter()
+
+    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+        def launch(i: int) -> asyncio.Task:
+            rec = RequestRecord(request_id=i, start=time.perf_counter() - t0)
+            records.append(rec)
+            body = _payload(endpoint, model, prompts[i % len(prompts)], max_tokens, temperature,
+                            ignore_eos, extra_body)
+            return asyncio.ensure_future(_one_request(client, url, headers, body, endpoint, rec, t0, timeout))
+
+        if rate is None:  # closed loop: `in_flight` workers pull the next request id
+            next_id = iter(range(n))
+
+            async def worker() -> None:
+                for i in next_id:
+                    await launch(i)
+
+            await asyncio.gather(*(worker() for _ in range(min(in_flight, n))))
+        else:  # open loop: exponential gaps between arrivals, optionally capped in flight
+            rng = random.Random(seed)
+            gate = asyncio.Semaphore(in_flight)
+            tasks = []
+
+            async def gated(i: int) -> None:
+                async with gate:
+                    await launch(i)
+
+            for i in range(n):
+                tasks.append(asyncio.ensure_future(gated(i)))
+                if i < n - 1:
+                    await asyncio.sleep(rng.expovariate(rate))
+            await asyncio.gather(*tasks)
+    duration = time.perf_counter() - t0
+    records.sort(key=lambda r: r.request_id)
+    settings = {"num_requests": n, "concurrency": concurrency, "rate": rate, "max_tokens": max_tokens,
+                "temperature": temperature, "endpoint": endpoint, "ignore_eos": ignore_eos, "seed": seed}
+    return LoadResult(records, summarize(records, duration), started_at, settings)
+
+
+def run_load(base_url: str, model: str, prompts: Sequence[str | list[dict]], **kwargs) -> LoadResult:
+    """`run_load_async` from ordinary code or a notebook (where an event loop already runs)."""
+    coro = run_load_async(base_url, model, prompts, **kwargs)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    # Jupyter already runs a loop in this thread: run ours in a helper thread
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["result"] = asyncio.run(coro)
+        except BaseException as exc:
+            box["error"] = exc
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    th.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
