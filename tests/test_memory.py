@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import math
+import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +11,7 @@ import pytest
 from lab_utils.memory import (
     GPUS, GiB, DoesNotFitError, ModelSpec, bits_per_weight, decode_tokens_per_s, get_gpu, gpus_by_memory,
     kv_cache_bytes_per_token, kv_cache_capacity_tokens, kv_cache_num_blocks, memory_breakdown, recommend,
-    vllm_kv_cache_report, weight_bytes,
+    require_fit, vllm_kv_cache_report, weight_bytes,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -143,6 +143,10 @@ def test_calculator_predicts_recorded_vllm_logs(logfile):
     if header["refused"]:
         assert not report.fits
         assert f"estimated maximum model length is {report.estimated_max_model_len}" in text
+        with pytest.raises(DoesNotFitError) as err:
+            require_fit(report)
+        need, have = re.findall(r"needs ([\d.]+) GiB .* only ([\d.]+) GiB", str(err.value))[0]
+        assert f"({need} GiB KV cache is needed" in text and f"available KV cache memory ({have} GiB)" in text
     else:
         info = parse_startup_log(text)
         assert report.fits
