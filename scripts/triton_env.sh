@@ -53,7 +53,7 @@ echo "triton_env.sh: building $VENV with $PYTHON"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 # --only-binary: nothing here should ever compile. torch==2.13.0 resolves to the +cpu wheel
 # on pip's find-links; check_env below fails loudly if a CUDA build slipped in.
-"$VENV/bin/python" -m pip install --quiet --only-binary=:all: -r "$REQS"
+"$VENV/bin/python" -m pip install --quiet --only-binary=:all: -r "$REQS" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 # Same trap as the course .venv: CUDA-built torchvision/torchaudio break `import transformers`.
 "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
 check_env
