@@ -68,6 +68,12 @@ class StepRecord:
     decode: tuple  # request_ids that decoded one token in this step
     preempted: tuple = ()  # request_ids preempted (by recompute) while planning this step
     num_padding: int = 0  # static batching: finished rows still computing pad tokens
+    prefill_sampled: tuple = ()  # prefill requests whose last prompt chunk produced a token
+
+    @property
+    def sampled(self) -> tuple:
+        """Request ids that produced an output token in this step (decodes + completed prefills)."""
+        return self.decode + self.prefill_sampled
 
     @property
     def num_prefill_tokens(self) -> int:

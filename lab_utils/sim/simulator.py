@@ -97,7 +97,8 @@ def _run_static(reqs: list[WorkloadRequest], cfg: StaticBatching, cost: StepCost
         # prefill: one padded step over every prompt
         tokens = rows * longest_prompt if cfg.pad_finished else sum(w.prompt_len for w in batch)
         end = now + cost.step_time(tokens, tokens)
-        result.steps.append(StepRecord(now, end, {w.request_id: w.prompt_len for w in batch}, ()))
+        result.steps.append(StepRecord(now, end, {w.request_id: w.prompt_len for w in batch}, (),
+                                       prefill_sampled=tuple(w.request_id for w in batch)))
         batch_start, first_token = now, end
         finish = {}
         for w in batch:
@@ -148,15 +149,16 @@ def _run_dynamic(reqs: list[WorkloadRequest], cfg: DynamicBatching, cost: StepCo
         formable = [s for s in sizes if s <= n]
         if formable:
             size = max(formable)  # the largest preferred size goes at once
-        elif delay == 0 or now >= queue[0].arrival_time + delay or not pending:
-            size = n  # the oldest request has waited long enough (or nobody else is coming)
-        else:
-            now = min(pending[0].arrival_time, queue[0].arrival_time + delay)
+        elif delay == 0 or now >= queue[0].arrival_time + delay:
+            size = n  # the oldest request has waited long enough
+        else:  # wait for more requests, but not past the oldest one's deadline
+            now = min(pending[0].arrival_time if pending else float("inf"), queue[0].arrival_time + delay)
             continue
         batch = [queue.popleft() for _ in range(size)]
         tokens = size * max(w.prompt_len for w in batch)  # one padded forward pass
         end = now + cost.step_time(tokens, tokens)
-        result.steps.append(StepRecord(now, end, {w.request_id: w.prompt_len for w in batch}, ()))
+        result.steps.append(StepRecord(now, end, {w.request_id: w.prompt_len for w in batch}, (),
+                                       prefill_sampled=tuple(w.request_id for w in batch)))
         for slot, w in enumerate(batch):
             rec = SimRequest(w.request_id, w.arrival_time, w.prompt_len, w.output_len).record
             rec.scheduled_time, rec.first_token_time, rec.finish_time = now, end, end
@@ -209,7 +211,7 @@ def _run_continuous_plain(reqs: list[WorkloadRequest], cfg: ContinuousBatching, 
                                f"(max_num_seqs {cfg.max_num_seqs})")
         context = sum(live[rid].num_computed_tokens + n for rid, n in scheduled.items())
         end = now + cost.step_time(sum(scheduled.values()), context)
-        prefill, decode = {}, []
+        prefill, decode, sampled = {}, [], []
         for rid, n in scheduled.items():
             req = live[rid]
             was_decoding = req.is_decoding
@@ -222,6 +224,8 @@ def _run_continuous_plain(reqs: list[WorkloadRequest], cfg: ContinuousBatching, 
                 raise RuntimeError(f"request {rid} was planned past its last token")
             if req.num_computed_tokens == req.num_tokens:  # the step's logits give the next token
                 req.num_output_tokens += 1
+                if not was_decoding:
+                    sampled.append(rid)
                 if req.record.first_token_time is None:
                     req.record.first_token_time = end
             res = req.record.residencies[-1]
@@ -230,7 +234,8 @@ def _run_continuous_plain(reqs: list[WorkloadRequest], cfg: ContinuousBatching, 
             if req.num_output_tokens == req.output_len:
                 state.finish(req, end)
                 remaining -= 1
-        result.steps.append(StepRecord(now, end, prefill, tuple(decode), tuple(plan.preempted_req_ids)))
+        result.steps.append(StepRecord(now, end, prefill, tuple(decode), tuple(plan.preempted_req_ids),
+                                       prefill_sampled=tuple(sampled)))
         now = end
     result.requests = [live[w.request_id].record for w in reqs]
     return result
@@ -389,7 +394,9 @@ def _run_continuous_fast(reqs: list[WorkloadRequest], cfg: ContinuousBatching, c
         if decode_ids_stale:
             decode_ids = tuple(decoders)
             decode_ids_stale = False
-        steps.append(StepRecord(now, end, prefill, decode_ids, tuple(preempted)))
+        record = StepRecord(now, end, prefill, decode_ids, tuple(preempted))
+        steps.append(record)
+        sampled = []
         # update: prompt chunks
         for rid, n in prefill.items():
             r = prefilling[rid]
@@ -398,6 +405,7 @@ def _run_continuous_fast(reqs: list[WorkloadRequest], cfg: ContinuousBatching, c
             if r.num_computed_tokens == num_tokens:
                 r.num_output_tokens += 1
                 num_tokens += 1
+                sampled.append(rid)
                 if r.record.first_token_time is None:
                     r.record.first_token_time = end
             if r.num_output_tokens == r.output_len:
@@ -423,6 +431,8 @@ def _run_continuous_fast(reqs: list[WorkloadRequest], cfg: ContinuousBatching, c
                 first_block = r.s0 + (-r.c0) % bs  # first step whose token starts a new block
                 if first_block <= r.finish_step:
                     heapq.heappush(block_events, (first_block, r.seq, r))
+        if sampled:
+            record.prefill_sampled = tuple(sampled)
         # update: decoders producing their last token in this step
         while finish_events and finish_events[0][0] <= step:
             _, seq, r = heapq.heappop(finish_events)
