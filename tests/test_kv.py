@@ -195,6 +195,13 @@ def test_chunked_prefill_allocates_per_chunk_and_caches_what_is_known():
     assert len(kv.block_pool.cached_block_hash_to_block) == 2
 
 
+def test_a_reused_request_id_with_other_tokens_is_hashed_afresh():
+    kv = KVCacheManager(num_blocks=6, block_size=2)
+    prefill(kv, Request("a", [1, 2, 3]))
+    assert kv.get_computed_blocks(Request("q", [1, 2, 3]))[1] == 2
+    assert kv.get_computed_blocks(Request("q", [5, 6, 7]))[1] == 0
+
+
 def test_caching_off_never_hits():
     kv = KVCacheManager(num_blocks=8, block_size=2, enable_caching=False)
     prefill(kv, Request("a", [1, 2, 3, 4, 5]))

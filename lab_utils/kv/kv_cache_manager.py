@@ -114,6 +114,9 @@ class KVCacheManager:
         """
         if not self.enable_caching:
             return [], 0
+        if request.request_id not in self.req_to_blocks:
+            # a request holding no blocks starts afresh (an id may come back with other tokens)
+            self.req_to_block_hashes.pop(request.request_id, None)
         num_tokens = len(request.all_token_ids)
         max_hit_blocks = (num_tokens - 1) // self.block_size if num_tokens else 0
         hits: list[KVCacheBlock] = []
