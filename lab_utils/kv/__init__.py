@@ -11,6 +11,7 @@ from .block_pool import (BlockHash, BlockPool, FreeKVCacheBlockQueue, KVCacheBlo
                          hash_request_blocks)
 from .contiguous import ContiguousAllocator, Slab
 from .kv_cache_manager import KVCacheManager, RequestLike, cdiv
+from .metrics import parse_prometheus, vllm_kv_metrics
 from .request import Request
 from .trace import Frame, TraceRecorder, snapshot
 from .workload import (MemoryTimeline, WorkloadRequest, make_workload, max_concurrent_requests,
@@ -21,4 +22,5 @@ __all__ = [
     "KVCacheManager", "MemoryTimeline", "Request", "RequestLike", "Slab", "WorkloadRequest", "cdiv",
     "hash_block_tokens", "hash_request_blocks", "make_workload", "max_concurrent_requests",
     "simulate_contiguous", "simulate_paged", "Frame", "TraceRecorder", "snapshot",
+    "parse_prometheus", "vllm_kv_metrics",
 ]
