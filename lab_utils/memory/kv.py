@@ -144,11 +144,11 @@ def require_fit(report: KVCacheReport) -> KVCacheReport:
     # vLLM compares against the cache minus the null block's bytes, and prints both in GiB
     need = report.blocks_per_request * report.block_bytes
     have = max(report.kv_cache_bytes - report.block_bytes, 0)
-    hint = (f"the longest that fits is {report.estimated_max_model_len:,} tokens; lower max_model_len, "
-            if report.estimated_max_model_len else "")
+    hint = (f"Lower max_model_len (at most {report.estimated_max_model_len:,} tokens fit), "
+            if report.estimated_max_model_len else "Lower max_model_len, ")
     raise DoesNotFitError(
         f"one request of max_model_len={report.max_model_len:,} tokens needs {need / GiB:.2f} GiB of KV "
         f"cache ({report.blocks_per_request} blocks), but only {have / GiB:.2f} GiB "
         f"({max(report.num_blocks - 1, 0)} usable blocks) are left; vLLM refuses to start. "
-        f"{hint}raise gpu_memory_utilization, add GPUs (tensor parallelism), or quantize.",
+        f"{hint}raise gpu_memory_utilization, add GPUs (tensor parallelism) or quantize.",
         needed_bytes=need, available_bytes=have)
