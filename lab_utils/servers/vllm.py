@@ -98,11 +98,11 @@ def refusal_message(text: str) -> str | None:
 
 def _kv_cache_env_and_args(kv_cache_gib: float) -> tuple[dict[str, str], list[str]]:
     # VLLM_CPU_KVCACHE_SPACE is parsed with int(): whole GiB only. A fraction goes through
-    # --kv-cache-memory-bytes instead, and the variable is blanked so an inherited value
-    # cannot override it (vLLM ignores the variable when it is empty).
+    # --kv-cache-memory-bytes instead; the variable must then be absent, because when set it
+    # overrides the flag (and an empty value crashes vLLM's worker at start-up).
     if float(kv_cache_gib).is_integer():
         return {"VLLM_CPU_KVCACHE_SPACE": str(int(kv_cache_gib))}, []
-    return {"VLLM_CPU_KVCACHE_SPACE": ""}, ["--kv-cache-memory-bytes", str(int(kv_cache_gib * GiB))]
+    return {}, ["--kv-cache-memory-bytes", str(int(kv_cache_gib * GiB))]
 
 
 class VLLMServer(ServerProcess):
@@ -158,6 +158,8 @@ class VLLMServer(ServerProcess):
             # the CLI entry point of vllm-cpu crashes; the module entry point works
             argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model]
             kv_env, kv_args = _kv_cache_env_and_args(self.kv_cache_gib)
+            if not kv_env:  # drop an inherited VLLM_CPU_KVCACHE_SPACE (`env` execs, same process)
+                argv = ["env", "-u", "VLLM_CPU_KVCACHE_SPACE"] + argv
             env.update(kv_env)
             argv += kv_args
         else:
@@ -221,7 +223,7 @@ class VLLMServer(ServerProcess):
             super().start()
         except ServerStartError as exc:
             reason = refusal_message(self.log_text())
-            if reason and reason not in str(exc):
+            if reason:
                 raise ServerStartError(f"vLLM refused to start: {reason}\n({str(exc).splitlines()[0]})",
                                        exc.log_tail) from None
             raise
