@@ -19,8 +19,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="instructor folder of hidden tests (labNN/test_*.py or test_NN_*.py)")
     g.add_argument("--workers", type=int, default=1, help="notebooks graded at once (default 1)")
     g.add_argument("--timeout", type=float, default=900, help="seconds allowed per notebook (default 900)")
-    g.add_argument("--memory-mb", type=int, default=6144,
-                   help="address-space limit per notebook run in MB; 0 for none (default 6144)")
+    g.add_argument("--memory-mb", type=int, default=8192,
+                   help="resident-memory limit per notebook run (kernel and the servers it starts) "
+                        "in MB; 0 for none (default 8192)")
     g.add_argument("--force", action="store_true", help="regrade unchanged submissions too")
     g.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    default=[], help="set a notebook parameter for every run, e.g. -p LIGHT True")

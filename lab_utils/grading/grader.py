@@ -100,14 +100,29 @@ def _snapshot_lab_utils(dest: Path) -> Path:
     return dest
 
 
-def _limits(memory_mb: int):
+def _limits():
     def apply() -> None:
         os.setsid()
-        if memory_mb > 0:
-            limit = memory_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     return apply
+
+
+def _tree_rss_mb(pid: int) -> float:
+    """Resident memory of a process and all its descendants, in MB."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.Error:
+        return 0.0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total / 2**20
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
@@ -137,19 +152,34 @@ def _kill_tree(proc: subprocess.Popen) -> None:
 
 
 def _run_limited(cmd: list[str], *, timeout: float, memory_mb: int, env: dict, cwd: Path,
-                 log: Path) -> tuple[int | None, bool]:
-    """Run cmd with limits; returns (exit code or None, timed_out)."""
+                 log: Path) -> tuple[int | None, str]:
+    """Run cmd in its own session under a wall-time and a memory limit.
+
+    The memory limit watches the resident memory of the whole process tree (kernel and any server
+    the notebook started included), not the address space: vLLM and torch reserve far more
+    virtual memory than they use. Returns (exit code or None, "" | "timeout" | "memory").
+    """
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=str(cwd), preexec_fn=_limits(memory_mb))
-        try:
-            code = proc.wait(timeout=timeout)
-            # a kernel left running by a crashed papermill is still ours to stop
-            _kill_tree(proc)
-            return code, False
-        except subprocess.TimeoutExpired:
-            _kill_tree(proc)
-            return None, True
+                                env=env, cwd=str(cwd), preexec_fn=_limits())
+        deadline = time.monotonic() + timeout
+        reason = ""
+        while True:
+            try:
+                code = proc.wait(timeout=0.25)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() > deadline:
+                reason = "timeout"
+            elif memory_mb and _tree_rss_mb(proc.pid) > memory_mb:
+                reason = "memory"
+            if reason:
+                _kill_tree(proc)
+                return None, reason
+        # a kernel or server left running by a crashed papermill is still ours to stop
+        _kill_tree(proc)
+        return code, ""
 
 
 # --- one notebook ------------------------------------------------------------------------------
@@ -158,7 +188,7 @@ class Grader:
     """Grades jobs one at a time (thread-safe; the CLI runs several in parallel)."""
 
     def __init__(self, out: Path, hidden_tests: Path | None = None, timeout: float = 900,
-                 memory_mb: int = 6144, check_timeout: float = 300, python: str = sys.executable,
+                 memory_mb: int = 8192, check_timeout: float = 300, python: str = sys.executable,
                  kernel: str = "python3", parameters: dict | None = None):
         if timeout <= 0:
             raise ValueError(f"--timeout must be positive seconds, got {timeout}")
@@ -241,14 +271,14 @@ class Grader:
             executed = work / "executed.ipynb"
             nbformat.write(nb, str(src))
             status_file = work / "status.json"
-            code, timed_out = _run_limited(
+            code, killed = _run_limited(
                 [self.python, "-m", "lab_utils.grading.execute", str(src), str(executed),
                  "--cwd", str(run_dir), "--cell-timeout", str(self.timeout),
                  "--status", str(status_file), "--kernel", self.kernel],
                 timeout=self.timeout, memory_mb=self.memory_mb,
                 env=self._env(_snapshot_lab_utils(work / "kernel-lib")), cwd=work,
                 log=work / "execute.log")
-            outcome.status = _run_status(code, timed_out, status_file, self.timeout, executed)
+            outcome.status = _run_status(code, killed, status_file, self.timeout, self.memory_mb)
             results = self._check(job.lab, answers_dir, work)
             hidden = self._hidden(job.lab, answers_dir, work)
             for r in results:
@@ -265,14 +295,14 @@ class Grader:
 
     def _check(self, lab: str, answers_dir: Path, work: Path) -> list[dict]:
         out = work / "scores.json"
-        code, timed_out = _run_limited(
+        code, killed = _run_limited(
             [self.python, "-m", "lab_utils.grading.checkrun", "--lab", lab, "--answers", str(answers_dir),
              "--out", str(out)], timeout=self.check_timeout, memory_mb=self.memory_mb,
             env=self._env(), cwd=work, log=work / "check.log")
         try:
             return json.loads(out.read_text())
         except (OSError, ValueError):
-            reason = "timed out" if timed_out else f"exited with {code}"
+            reason = {"timeout": "timed out", "memory": "ran out of memory"}.get(killed, f"exited with {code}")
             return [{"id": q.id, "points": q.points, "earned": 0.0, "status": "error",
                      "message": f"the checking process {reason}"} for q in questions_for(lab)]
 
@@ -360,9 +390,12 @@ def _apply_parameters(nb, parameters: dict) -> None:
     nb.cells.insert(idx + 1, cell)
 
 
-def _run_status(code, timed_out: bool, status_file: Path, timeout: float, executed: Path) -> str:
-    if timed_out:
+def _run_status(code, killed: str, status_file: Path, timeout: float, memory_mb: int) -> str:
+    if killed == "timeout":
         return f"timeout: stopped after {timeout:.0f} s; answers saved before then were graded"
+    if killed == "memory":
+        return (f"memory limit: used more than {memory_mb} MB and was stopped; answers saved "
+                "before then were graded")
     try:
         info = json.loads(status_file.read_text())
     except (OSError, ValueError):
@@ -370,8 +403,7 @@ def _run_status(code, timed_out: bool, status_file: Path, timeout: float, execut
     outcome = info.get("outcome", "failed")
     if code is not None and code < 0:
         sig = -code
-        return ("memory limit: the run was killed" if sig == signal.SIGKILL
-                else f"killed by signal {sig}")
+        return f"killed by signal {sig}"
     if outcome == "ok":
         return "ok"
     if outcome == "cell errors":
@@ -384,7 +416,7 @@ def _run_status(code, timed_out: bool, status_file: Path, timeout: float, execut
     if outcome == "cell timeout":
         return "timeout: a cell ran past the limit"
     if outcome == "started":
-        return "memory limit: the run stopped without a report"
+        return "failed: the run stopped without a report"
     return f"failed: {info.get('detail', '')[:160]}"
 
 
@@ -460,7 +492,7 @@ def write_gradebook(out: Path, outcomes: list[Outcome]) -> Path:
 
 
 def grade_class(submissions: Path, out: Path, hidden_tests: Path | None = None, workers: int = 1,
-                timeout: float = 900, memory_mb: int = 6144, force: bool = False,
+                timeout: float = 900, memory_mb: int = 8192, force: bool = False,
                 parameters: dict | None = None, progress=print) -> list[Outcome]:
     """Grade every notebook under `submissions` into `out`; returns the outcomes."""
     if workers < 1:

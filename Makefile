@@ -1,0 +1,64 @@
+# LLM Serving Lab — two commands: `make lab` opens the course, `make test` passes its tests.
+#
+#   make setup        course environment (.venv) + course model; starts nothing
+#   make lab          setup, then JupyterLab on 127.0.0.1 in labs/
+#   make test         setup + Triton server environment + test tools, then the whole suite
+#   make test-fast    the suite without the slow tests (no servers, no notebooks)
+#   make labs         regenerate labs/ from solutions/ (and strip outputs)
+#   make triton-env   the Triton server's own environment (.venv-triton; it needs numpy<2)
+#
+# GPU lab machine: `make setup GPU=1` installs requirements/course-gpu.txt (CUDA torch and the
+# official vllm package) instead of requirements/course-cpu.txt.
+
+PYTHON      ?= python3
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+GPU         ?=
+REQS        := requirements/course-$(if $(GPU),gpu,cpu).txt
+STAMP       := $(VENV)/.installed-$(if $(GPU),gpu,cpu)
+LAB_PORT    ?= 8888
+PYTEST_ARGS ?=
+
+.PHONY: setup lab test test-fast labs model venv triton-env test-tools clean-venv
+
+setup: venv model
+
+venv: $(STAMP)
+
+# Re-runs only when the requirements or the package metadata change; otherwise make skips it.
+$(STAMP): $(REQS) pyproject.toml scripts/install_course_env.sh
+	bash scripts/install_course_env.sh "$(PYTHON)" "$(VENV)" "$(REQS)"
+	touch $@
+
+model: venv
+	$(PY) -m lab_utils.models
+
+# The Triton server runs in its own environment: nvidia-pytriton pins numpy<2, the course
+# environment has numpy 2. scripts/triton_env.sh is idempotent.
+triton-env:
+	bash scripts/triton_env.sh
+
+# Debian's docker-compose (1.29) validates compose files without a Docker engine.
+test-tools:
+	@command -v docker-compose >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get install -y -q docker-compose >/dev/null 2>&1 || \
+	     (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q docker-compose >/dev/null 2>&1)) || \
+	    echo "note: docker-compose not installed; compose files are checked by schema only"; \
+	  else echo "note: docker-compose not found; compose files are checked by schema only"; fi; }
+
+lab: setup
+	$(VENV)/bin/jupyter lab --ip 127.0.0.1 --port $(LAB_PORT) --no-browser --notebook-dir labs
+
+test: setup triton-env test-tools
+	$(PY) -m lab_utils.nbgen --check
+	$(PY) -m pytest -ra $(PYTEST_ARGS)
+
+test-fast: venv
+	$(PY) -m pytest -ra -m "not slow" $(PYTEST_ARGS)
+
+labs: venv
+	$(PY) -m lab_utils.nbgen --strip
+
+clean-venv:
+	rm -rf $(VENV) .venv-triton
