@@ -269,6 +269,14 @@ def test_cost_model_parts():
         StepCostModel(fixed_s=-1)
 
 
+def test_cost_model_from_the_gpu_catalog():
+    pytest.importorskip("lab_utils.memory")
+    h100 = StepCostModel.from_gpu("H100-80GB", 8e9, bytes_per_param=2, efficiency=1.0)
+    assert h100.fixed_s == pytest.approx(16e9 / 3350e9)  # 16 GB of weights at 3.35 TB/s
+    assert h100.per_token_s == pytest.approx(16e9 / 989e12)
+    assert h100.decode_step_time(1) == h100.decode_step_time(64)  # memory-bound: batch is free
+
+
 def test_fit_recovers_a_known_cost_model():
     truth = StepCostModel(0.03, 0.0008, 2e-6)
     samples = [StepMeasurement("x", 1, n, c, truth.step_time(n, c)) for n, c in

@@ -78,41 +78,11 @@ class StepCostModel:
                    combine="max")
 
     @classmethod
-    def from_gpu(cls, gpu: str, num_params: float, bytes_per_param: float = 2.0,
+    def from_gpu(cls, gpu, num_params: float, bytes_per_param: float = 2.0,
                  kv_bytes_per_token: float = 0.0, efficiency: float = 0.6) -> "StepCostModel":
-        """A roofline cost model for a GPU named in lab 01's catalog (`lab_utils.memory`)."""
-        from lab_utils import memory  # written for lab 01; imported only when asked for
+        """A roofline cost model for a GPU of lab 01's catalog (`lab_utils.memory.get_gpu`): name or GPU."""
+        from lab_utils.memory import get_gpu  # lab 01's catalog, imported only when asked for
 
-        spec = _lookup_gpu(memory, gpu)
-        bw = _first_attr(spec, ("mem_bandwidth_gb_s", "bandwidth_gb_s", "memory_bandwidth_gb_s", "hbm_bandwidth_gb_s"))
-        tf = _first_attr(spec, ("bf16_tflops", "fp16_tflops", "peak_tflops", "tflops_bf16", "tflops"))
-        if bw is None or tf is None:
-            raise ValueError(f"GPU spec {spec!r} lacks bandwidth/TFLOP/s fields; call from_roofline with numbers")
-        return cls.from_roofline(num_params, bytes_per_param, float(bw), float(tf), kv_bytes_per_token, efficiency)
-
-
-def _first_attr(obj, names: tuple[str, ...]):
-    for name in names:
-        value = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
-        if value is not None:
-            return value
-    return None
-
-
-def _lookup_gpu(memory_module, gpu: str):
-    for attr in ("get_gpu", "gpu_spec"):
-        fn = getattr(memory_module, attr, None)
-        if callable(fn):
-            return fn(gpu)
-    catalog = getattr(memory_module, "GPU_CATALOG", None) or getattr(memory_module, "GPUS", None)
-    if catalog is None:
-        raise ValueError("lab_utils.memory has no GPU catalog yet; call StepCostModel.from_roofline with numbers")
-    if isinstance(catalog, dict):
-        for key, spec in catalog.items():
-            if str(key).lower() == gpu.lower():
-                return spec
-    else:
-        for spec in catalog:
-            if str(_first_attr(spec, ("name",))).lower() == gpu.lower():
-                return spec
-    raise ValueError(f"unknown GPU {gpu!r} in lab_utils.memory's catalog")
+        spec = get_gpu(gpu)
+        return cls.from_roofline(num_params, bytes_per_param, spec.bandwidth_gb_s, spec.bf16_tflops,
+                                 kv_bytes_per_token, efficiency)

@@ -37,17 +37,17 @@ def request_colours(request_ids: Sequence) -> dict:
 
 def _step_axis(result: SimResult):
     """Map step start/end times to step indices (for axis='step')."""
+    import bisect
+
     starts = {s.start: i for i, s in enumerate(result.steps)}
     ends = {s.end: i + 1 for i, s in enumerate(result.steps)}
+    start_times = [s.start for s in result.steps]
 
     def to_step(t: float, is_end: bool) -> float:
         table = ends if is_end else starts
         if t in table:
             return float(table[t])
-        import bisect
-
-        times = [s.start for s in result.steps]
-        return float(bisect.bisect_left(times, t))
+        return float(bisect.bisect_left(start_times, t))  # a time between steps (an idle gap)
 
     return to_step
 
