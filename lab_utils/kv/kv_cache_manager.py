@@ -208,6 +208,10 @@ class KVCacheManager:
         self.block_pool.cache_full_blocks(blocks, hashes, num_cached, num_full)
         self.num_cached_block[req_id] = max(num_cached, num_full)
 
+    def cache_full_blocks(self, request: RequestLike, num_computed_tokens: int) -> None:
+        """Alias of cache_blocks, named after vLLM's BlockPool.cache_full_blocks."""
+        self.cache_blocks(request, num_computed_tokens)
+
     # ------------------------------------------------------------------ free / fork
     def free(self, request: RequestLike) -> None:
         """Return the request's blocks to the pool, tail first (tail blocks are evicted first)."""
