@@ -43,7 +43,19 @@ assert (root / "python_backend_stubs" / v / "triton_python_backend_stub").exists
 PY
 }
 
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]] && check_env 2>/dev/null; then
+# The quick check reads package metadata only (importing torch takes seconds on a busy box).
+quick_check() {
+    "$VENV/bin/python" - <<'PY'
+import importlib.metadata as md, importlib.util, pathlib, sys
+assert md.version("numpy").startswith("1."), "numpy 2 in the Triton environment"
+assert "+cpu" in md.version("torch"), "not the CPU torch build"
+md.version("transformers"); md.version("nvidia-pytriton")
+root = pathlib.Path(importlib.util.find_spec("pytriton").origin).parent / "tritonserver"
+assert (root / "bin" / "tritonserver").exists()
+PY
+}
+
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]] && quick_check 2>/dev/null; then
     echo "triton_env.sh: $VENV is up to date"
     exit 0
 fi

@@ -37,10 +37,12 @@ def mlp_config(name: str = "mlp", *, width: int = 16, hidden: int = 1024, layers
 
 
 def course_llm_config(name: str, mode: str, model_dir: str | Path, *, decoupled: bool = False,
-                      max_tokens: int = 32, chat: bool = True) -> dict:
+                      max_tokens: int = 32, chat: bool = True, threads: int = 1) -> dict:
     """One course-model job (text, tokenize, generate, detokenize) as a python-backend model."""
     if mode not in LLM_MODES:
         raise ValueError(f"mode must be one of {LLM_MODES}, got {mode!r}")
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
     if decoupled and mode != "text":
         raise ValueError("only MODE 'text' streams; the ensemble's parts answer once per request")
     text_in = {"name": "text_input", "data_type": "TYPE_STRING", "dims": [1]}
@@ -59,7 +61,7 @@ def course_llm_config(name: str, mode: str, model_dir: str | Path, *, decoupled:
         "input": inputs, "output": outputs,
         "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
         "parameters": _params(MODE=mode, MODEL_DIR=Path(model_dir).resolve(), MAX_TOKENS=max_tokens,
-                              CHAT=str(chat).lower()),
+                              CHAT=str(chat).lower(), THREADS=threads),
     }
     if decoupled:
         cfg["model_transaction_policy"] = {"decoupled": True}

@@ -10,7 +10,9 @@ all-in-one model share one tokenizer call and one greedy loop (and so give the s
     MODE "detokenize"  output_ids                         -> text_output
 
 Other parameters: MODEL_DIR (the Hugging Face folder), CHAT ("true": wrap text in the chat
-template), MAX_TOKENS (default when a request sends none). Requests are served one at a time, the
+template), MAX_TOKENS (default when a request sends none), THREADS (torch threads; 1 by default,
+because every loaded model is its own stub process and they all share the machine's cores:
+busy-waiting thread pools in several processes on 2 cores ran 3-4x slower than one thread each). Requests are served one at a time, the
 way a python-backend model runs unless it batches by hand: Triton's LLM backends (vLLM,
 TensorRT-LLM) do in-flight batching inside the backend instead.
 """
@@ -38,6 +40,7 @@ class TritonPythonModel:
             from transformers import AutoModelForCausalLM
 
             self.torch = torch
+            torch.set_num_threads(int(params.get("THREADS", 1)))
             self.model = AutoModelForCausalLM.from_pretrained(params["MODEL_DIR"], dtype=torch.float32)
             self.model.eval()
         eos = self.tokenizer.eos_token_id
