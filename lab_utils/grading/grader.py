@@ -207,25 +207,26 @@ class Grader:
         self.scratch = Path(tempfile.mkdtemp(prefix="lab-grader-"))
         # checks run from a private copy no notebook can reach; each notebook gets its own copy
         self.snapshot = _snapshot_lab_utils(self.scratch / "checker")
-        self.fingerprint = self._fingerprint()
 
     def close(self) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
-    def _fingerprint(self) -> str:
+    def _fingerprint(self, lab: str) -> str:
+        """What a cached grade depends on besides the notebook: the grader, the lab's questions,
+        its hidden tests and the parameters. (Other library changes: regrade with --force.)"""
         h = hashlib.sha256(GRADER_VERSION.encode())
-        roots = [self.snapshot / "lab_utils"]
-        if self.hidden:
-            roots.append(self.hidden)
-        for root in roots:
-            for p in sorted(root.rglob("*.py")):
-                h.update(str(p.relative_to(root)).encode())
+        grading = self.snapshot / "lab_utils" / "grading"
+        files = sorted(grading.glob("*.py")) + [grading / "questions" / f"lab{lab}.py"]
+        files += self._hidden_files(lab)
+        for p in files:
+            if p.exists():
+                h.update(p.name.encode())
                 h.update(p.read_bytes())
         h.update(json.dumps(self.parameters, sort_keys=True).encode())
         return h.hexdigest()
 
     def job_key(self, job: Job) -> str:
-        h = hashlib.sha256(self.fingerprint.encode())
+        h = hashlib.sha256(self._fingerprint(job.lab).encode())
         h.update(job.notebook.read_bytes())
         return h.hexdigest()
 
