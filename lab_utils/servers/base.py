@@ -216,8 +216,9 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 _signal_group(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
-        # children that left the group leader behind still die with the group
+        # children that outlived the group leader still die with the group; wait until they are gone
         _signal_group(proc.pid, signal.SIGKILL)
+        _wait_group_gone(proc.pid, timeout=5.0)
         with _LOCK:
             _RUNNING.pop(proc.pid, None)
         return proc.returncode
@@ -238,6 +239,32 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _wait_group_gone(pgid: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        if _only_zombies(pgid):
+            return
+        time.sleep(0.05)
+
+
+def _only_zombies(pgid: int) -> bool:
+    try:
+        import psutil
+    except ImportError:
+        return False
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                return False
+        except (ProcessLookupError, psutil.Error, OSError):
+            continue
+    return True
 
 
 def running_servers() -> list[ServerProcess]:
