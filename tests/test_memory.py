@@ -257,3 +257,25 @@ def test_missing_fields_and_bad_paths(tmp_path):
         ModelSpec.from_hf_config(tmp_path)
     with pytest.raises(ValueError, match="path or a dict"):
         ModelSpec.from_hf_config(42)
+
+
+def test_recommend_never_returns_a_misfit_on_random_shapes():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=40, deadline=None)
+    @given(layers=st.integers(1, 96), kv=st.sampled_from([1, 2, 4, 8]), group=st.sampled_from([1, 2, 4, 8]),
+           head_dim=st.sampled_from([64, 128]), mlp=st.integers(2, 5), conc=st.integers(1, 64),
+           max_len=st.integers(256, 32768), weights=st.sampled_from(["bfloat16", "fp8", "awq"]))
+    def run(layers, kv, group, head_dim, mlp, conc, max_len, weights):
+        heads = kv * group
+        hidden = heads * head_dim
+        s = ModelSpec("random", layers, hidden, heads, kv, head_dim, mlp * hidden, 32000,
+                      max_position_embeddings=max_len)
+        for r in recommend(s, min_concurrency=conc, weights=weights):
+            b = memory_breakdown(s, r.gpu, tensor_parallel_size=r.num_gpus, weights=weights)
+            assert b.kv.num_blocks - 1 >= conc * b.kv.blocks_per_request
+            assert b.kv_cache_bytes > 0 and heads % r.num_gpus == 0
+            assert r.num_gpus <= 8 and r.tokens_per_s > 0
+
+    run()
