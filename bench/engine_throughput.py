@@ -145,7 +145,9 @@ def main() -> int:
                "--max-num-batched-tokens", str(args.max_num_batched_tokens)]
         if args.vllm_eager:
             cmd.append("--vllm-eager")
-        env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "all"))
+        # vLLM's CPU worker pins its OpenMP threads to these cores: the same count as the others get.
+        bind = "0" if args.threads == 1 else f"0-{args.threads - 1}"
+        env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", bind))
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
         if proc.returncode != 0 or not lines:
