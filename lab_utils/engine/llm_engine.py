@@ -180,6 +180,11 @@ class LLMEngine:
         t_start = time.perf_counter()
         scheduler_output = self.scheduler.schedule()
         t_sched = time.perf_counter()
+        if scheduler_output.total_num_scheduled_tokens == 0 and self.has_unfinished_requests():
+            # Nothing can change the plan before the next step (no clock, no arrivals): a stall.
+            raise RuntimeError(
+                f"the scheduler planned no work with {self.get_num_unfinished_requests()} requests "
+                "unfinished; a policy must give at least one running or waiting request tokens")
         runner_output = self.model_runner.execute_model(scheduler_output, self._requests)
         t_exec = time.perf_counter()
         finished = self.scheduler.update_from_output(scheduler_output, runner_output.sampled_token_ids)
