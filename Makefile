@@ -47,8 +47,11 @@ test-tools:
 	    echo "note: docker-compose not installed; compose files are checked by schema only"; \
 	  else echo "note: docker-compose not found; compose files are checked by schema only"; fi; }
 
+# JupyterLab refuses to run as root unless told; containers and lab VMs often are root.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
 lab: setup
-	$(VENV)/bin/jupyter lab --ip 127.0.0.1 --port $(LAB_PORT) --no-browser --notebook-dir labs
+	$(VENV)/bin/jupyter lab --ip 127.0.0.1 --port $(LAB_PORT) --no-browser $(ROOT_FLAG) --notebook-dir labs
 
 test: setup triton-env test-tools
 	$(PY) -m lab_utils.nbgen --check
