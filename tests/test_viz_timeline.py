@@ -56,6 +56,15 @@ def test_measured_rows_are_packed_into_lanes():
         trace_result([{**rows[0], "first_token_time": 9.0}])
 
 
+def test_admission_is_inferred_from_max_concurrency():
+    rows = [{"request_id": i, "arrival_time": 0.0, "first_token_time": ft, "finish_time": fin, "output_len": 2}
+            for i, (ft, fin) in enumerate([(0.2, 1.0), (0.3, 2.0), (1.2, 1.5), (1.8, 3.0)])]
+    res = trace_result(rows, max_concurrency=2)
+    assert [r.scheduled_time for r in res.requests] == [0.0, 0.0, 1.0, 1.5]  # waits for a free slot
+    assert res.num_slots == 2
+    assert [r.residencies[0].slot for r in res.requests] == [0, 1, 0, 0]
+
+
 def test_static_trace_keeps_its_slots_and_padding():
     rows = [{"request_id": i, "arrival_time": 0.0, "scheduled_time": 0.0, "first_token_time": 0.1,
              "finish_time": f, "held_until": 1.0, "output_len": 3, "slot": i} for i, f in enumerate([0.4, 1.0])]

@@ -23,16 +23,37 @@ def _get(row, name: str, default=None):
     return row.get(name, default) if isinstance(row, dict) else getattr(row, name, default)
 
 
-def trace_result(rows: Sequence, *, policy: str = "measured", num_slots: int | None = None) -> SimResult:
+def trace_result(rows: Sequence, *, policy: str = "measured", num_slots: int | None = None,
+                 max_concurrency: int | None = None) -> SimResult:
     """Build a SimResult from measured rows so the timeline and metrics can use them.
 
     Each row (dict or object) needs request_id, arrival_time, first_token_time, finish_time and
     output_len; optional: prompt_len, scheduled_time (bar start; default arrival), slot, held_until.
     Times may be absolute (perf_counter); they are shifted so the first arrival is 0.
+
+    `max_concurrency` (the server's max_num_seqs) infers when each request without a
+    scheduled_time was admitted: in first-token order, a request starts when it has arrived and one
+    of the `max_concurrency` slots is free, so queueing is no longer drawn as a running slot.
     """
     rows = list(rows)
     if not rows:
         raise ValueError("trace_result needs at least one measured request")
+    if max_concurrency is not None:
+        import heapq
+
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
+        releases: list[float] = []
+        inferred = {}
+        for i in sorted(range(len(rows)), key=lambda k: float(_get(rows[k], "first_token_time"))):
+            r = rows[i]
+            if _get(r, "scheduled_time") is not None:
+                continue
+            arrival, first = float(_get(r, "arrival_time")), float(_get(r, "first_token_time"))
+            free_at = heapq.heappop(releases) if len(releases) >= max_concurrency else arrival
+            inferred[i] = min(first, max(arrival, free_at))
+            heapq.heappush(releases, float(_get(r, "finish_time")))
+        rows = [({**_as_dict(r), "scheduled_time": inferred[i]} if i in inferred else r) for i, r in enumerate(rows)]
     t0 = min(float(_get(r, "arrival_time")) for r in rows)
     records, spans = [], []
     for r in rows:
@@ -67,6 +88,13 @@ def trace_result(rows: Sequence, *, policy: str = "measured", num_slots: int | N
     return SimResult(policy, lanes, records, measured=True)
 
 
+def _as_dict(row) -> dict:
+    if isinstance(row, dict):
+        return row
+    return {k: getattr(row, k) for k in ("request_id", "arrival_time", "first_token_time", "finish_time",
+                                         "output_len", "prompt_len", "slot", "held_until") if hasattr(row, k)}
+
+
 def token_prompts(workload: Sequence[WorkloadRequest], seed: int = 0, low: int = 1000,
                   high: int = 20000) -> list[list[int]]:
     """One prompt of exactly `prompt_len` token ids per request (random ordinary-vocabulary ids, seeded)."""
@@ -78,7 +106,8 @@ def token_prompts(workload: Sequence[WorkloadRequest], seed: int = 0, low: int =
 
 # ----------------------------------------------------------------------------- vLLM (continuous)
 async def run_vllm_async(base_url: str, model: str, workload: Sequence[WorkloadRequest],
-                         prompts: Sequence[Sequence[int]], api_key: str = "unused") -> SimResult:
+                         prompts: Sequence[Sequence[int]], api_key: str = "unused",
+                         max_num_seqs: int | None = None) -> SimResult:
     """Send the workload to a vLLM OpenAI server at its arrival times, streaming; measure each request.
 
     Every request asks for exactly `output_len` tokens (`ignore_eos`, `min_tokens`), so the work is
@@ -105,7 +134,7 @@ async def run_vllm_async(base_url: str, model: str, workload: Sequence[WorkloadR
             stream_options={"include_usage": True},
             extra_body={"ignore_eos": True, "min_tokens": w.output_len})
         async for chunk in stream:
-            if chunk.choices and chunk.choices[0].text:
+            if chunk.choices:  # one chunk per token; its text may be empty (a partial character)
                 chunks += 1
                 if first is None:
                     first = time.perf_counter()
@@ -122,16 +151,19 @@ async def run_vllm_async(base_url: str, model: str, workload: Sequence[WorkloadR
     finally:
         await client.close()
     rows.sort(key=lambda r: r["request_id"])
-    return trace_result(rows, policy="vLLM (continuous batching, measured)")
+    return trace_result(rows, policy="vLLM (continuous batching, measured)", max_concurrency=max_num_seqs)
 
 
 def run_vllm(base_url: str, model: str, workload: Sequence[WorkloadRequest],
-             prompts: Sequence[Sequence[int]], api_key: str = "unused") -> SimResult:
-    """Blocking wrapper of `run_vllm_async` that also works inside Jupyter's running event loop."""
+             prompts: Sequence[Sequence[int]], api_key: str = "unused", max_num_seqs: int | None = None) -> SimResult:
+    """Blocking wrapper of `run_vllm_async` that also works inside Jupyter's running event loop.
+
+    Pass the server's `max_num_seqs` to draw inferred admission times instead of client arrivals.
+    """
     import asyncio
     import concurrent.futures
 
-    coro_args = (base_url, model, workload, prompts, api_key)
+    coro_args = (base_url, model, workload, prompts, api_key, max_num_seqs)
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -144,7 +144,8 @@ def _(MAX_QUEUE_DELAY_US, PREFERRED_BATCH_SIZE):
     from lab_utils.sim import DynamicBatching, simulate, summarize
 
     delay = int(MAX_QUEUE_DELAY_US)
-    preferred = tuple(int(s) for s in (PREFERRED_BATCH_SIZE or ()))
+    pref = PREFERRED_BATCH_SIZE
+    preferred = (int(pref),) if isinstance(pref, (int, float)) else tuple(int(s) for s in (pref or ()))
     cfg = DynamicBatching(TRITON_MAX_BATCH_SIZE, preferred, delay)
     workload, cost = triton_scenario()
     res = simulate(workload, cfg, cost)
