@@ -29,7 +29,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -115,6 +117,20 @@ def _copy_once(files: list[Path], dest: Path) -> None:
         os.replace(tmp, target)
 
 
+def _wait_group_gone(pgid: int, timeout: float) -> bool:
+    """Wait until no process is left in the group; True when it is empty."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        time.sleep(0.05)
+    return False
+
+
 def _three_ports(*given: int | None) -> tuple[int, int, int]:
     """The given ports, the missing ones picked free; all three distinct."""
     chosen = [p for p in given if p]
@@ -161,7 +177,7 @@ class TritonServer(ServerProcess):
                 "--model-control-mode", model_control,
                 # a graceful stop waits this long for open connections and in-flight requests
                 # (default 30 s); a client that keeps its connection open holds it that long
-                "--exit-timeout-secs", "3",
+                "--exit-timeout-secs", "5",
                 "--log-verbose", str(int(log_verbose))]
         for model in load_models or []:
             argv += ["--load-model", model]
@@ -173,7 +189,18 @@ class TritonServer(ServerProcess):
     def stop(self, timeout: float = 15.0) -> int | None:
         """Stop the server and its python-backend stubs; remove the shared memory they leave behind."""
         regions = self._shm_regions()
+        if self.is_running:
+            # SIGTERM to tritonserver alone, not its process group: the server unloads its models
+            # and ends the python stubs itself. Stubs that get the signal directly die first and
+            # leave the server waiting out --exit-timeout-secs. The base then cleans the group up.
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
         code = super().stop(timeout)
+        if self.proc is not None:
+            _wait_group_gone(self.proc.pid, 5.0)  # SIGKILLed stubs take a moment to disappear
         for path in regions:  # an exit that times out skips the unload that would free them
             path.unlink(missing_ok=True)
         return code
