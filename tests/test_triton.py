@@ -440,3 +440,38 @@ def test_grpc_stream_from_decoupled_model(llm_server):
     client.stop_stream()
     client.close()
     assert len(pieces) > 1 and "Paris" in "".join(pieces)
+
+
+# -- lab 07 questions: right answers pass, typical wrong ones get a hint -------------------------
+
+def _score(qid: str, **answers):
+    from lab_utils.grading import get, score
+
+    return score(get(qid), answers)
+
+
+def test_lab07_checks_pass_right_and_fail_wrong_answers():
+    good = MLP.replace("max_batch_size: 8", "max_batch_size: 16") + \
+        "dynamic_batching { preferred_batch_size: [4, 8] max_queue_delay_microseconds: 2000 }"
+    assert _score("07.batching_config", BATCHING_CONFIG=good).status == "correct"
+    wrong = _score("07.batching_config", BATCHING_CONFIG=good.replace("2000", "2"))
+    assert wrong.earned == 0 and "microseconds" in wrong.message
+    typo = _score("07.batching_config", BATCHING_CONFIG=good.replace("preferred_batch_size", "prefered_batch_size"))
+    assert typo.earned == 0 and "did you mean 'preferred_batch_size'" in typo.message
+
+    assert _score("07.batching_measured", BATCHING_RESULT={
+        "inferences": 20, "executions": 8, "histogram": {1: 4, 4: 4}}).status == "correct"
+    assert _score("07.batching_measured", BATCHING_RESULT={
+        "inferences": 20, "executions": 8, "histogram": {1: 4, 4: 3}}).earned == 0
+
+    ens = _score("07.ensemble_config", ENSEMBLE_CONFIG={**ensemble_config("my_pipeline")})
+    assert ens.status == "correct", ens.message
+    swapped = ensemble_config("my_pipeline")
+    swapped["ensemble_scheduling"]["step"][0]["input_map"] = {"text": "text_input"}
+    assert _score("07.ensemble_config", ENSEMBLE_CONFIG=swapped).earned == 0
+
+    assert _score("07.served_versions", served_versions=lambda d, p: sorted(d)[-1:]).earned == 0
+    assert _score("07.extra_tensor_bytes", extra_tensor_bytes=lambda p, n, b=8: b * (p + n)).earned == 0
+    assert _score("07.pending_requests", pending_requests=lambda t, m: 7.0).earned == 0
+    assert _score("07.trtllm_kv_tokens",
+                  trtllm_kv_tokens=lambda g, w, a, f, kv, max_tokens=None: int(g * 2**30 * f // kv)).earned == 0
