@@ -135,8 +135,9 @@ def main() -> int:
           f"{max(n for _, n in workload)} ({total_out} output tokens), max batch {args.max_num_seqs}, "
           f"seed {args.seed}", flush=True)
     results = []
-    if not args.skip_transformers:
-        results.append(run_transformers(args.model, workload, args.max_num_seqs, args.threads))
+    for dtype in args.dtype or ["float32"]:
+        results.append(run_engine(args.model, workload, args.max_num_seqs, args.threads, dtype,
+                                  args.max_num_batched_tokens))
         print(results[-1], flush=True)
     if not args.skip_vllm:
         cmd = [sys.executable, __file__, "--only", "vllm", "--model", args.model,
@@ -155,9 +156,8 @@ def main() -> int:
         else:
             results.append(json.loads(lines[-1][len("RESULT "):]))
             print(results[-1], flush=True)
-    for dtype in args.dtype or ["float32"]:
-        results.append(run_engine(args.model, workload, args.max_num_seqs, args.threads, dtype,
-                                  args.max_num_batched_tokens))
+    if not args.skip_transformers:  # the slowest, last: the others' numbers arrive first
+        results.append(run_transformers(args.model, workload, args.max_num_seqs, args.threads))
         print(results[-1], flush=True)
 
     print(f"\n{'system':42s} {'tokens':>7s} {'seconds':>8s} {'tok/s':>8s}")
