@@ -27,6 +27,11 @@ class Result:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def _ipython_display_(self) -> None:
+        # check() has already shown this result; a bare `check(...)` as a cell's last line
+        # should not print the dataclass a second time
+        pass
+
 
 class _Missing(Exception):
     pass
