@@ -4,9 +4,10 @@
 - each generated student copy (answers stubbed) runs to its last cell and scores zero on every
   question.
 
-Both run with LIGHT=True (the smallest workloads that still run every cell, servers included), so
-the suite fits CI's time on a 2-core machine. LAB_FULL=1 runs the solutions at their default
-sizes instead, as a learner would.
+Both run with LIGHT=True (the smallest workloads that still run every cell), so the suite fits CI's
+time on a 2-core machine. The solutions start every real server; the student copies skip the
+sections that a lab puts behind RUN_VLLM / RUN_REAL (those sections hold no answer of their own
+that a stub could reach). LAB_FULL=1 runs the solutions at their default sizes, as a learner would.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def test_solution_scores_full_marks(path, tmp_path):
 @pytest.mark.parametrize("path", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
 def test_student_copy_runs_to_the_end_and_scores_zero(path, tmp_path):
     lab = REPO / "labs" / path.name
-    outcome, feedback = _grade(lab, tmp_path, {"BACKEND": "cpu", "LIGHT": True})
+    outcome, feedback = _grade(lab, tmp_path, {"BACKEND": "cpu", "LIGHT": True,
+                                               "RUN_VLLM": False, "RUN_REAL": False})
     assert outcome.status == "ok" or outcome.status.startswith("cell errors"), outcome.status
     assert all(v == 0 for v in outcome.scores.values()), feedback
     assert len(outcome.scores) == len(questions_for(path.name[:2])) >= 2
