@@ -235,6 +235,8 @@ class Grader:
         first = str(snapshot or self.snapshot)
         env["PYTHONPATH"] = os.pathsep.join([first] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+        # the private lab_utils copy still finds the repository's .venv-triton and data folders
+        env.setdefault("LAB_REPO_ROOT", str(Path(__file__).resolve().parent.parent.parent))
         env["MPLBACKEND"] = "Agg"
         env.pop("JPY_PARENT_PID", None)
         return env
