@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
@@ -46,7 +45,8 @@ def test_student_copy_drops_solution_cells_and_outputs(tmp_path):
     assert [c.cell_type for c in student.cells] == ["markdown", "code"]
     assert student.cells[1].source == STUB
     assert student.cells[1].outputs == [] and student.cells[1].execution_count is None
-    assert "42" not in json.dumps(student)
+    # random cell ids may contain "42"; look only at what a learner sees
+    assert not any("42" in c.source or "only in the solution" in c.source for c in student.cells)
 
 
 def test_committed_labs_are_up_to_date(repo):
