@@ -124,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"removed {extra}")
     for msg in stale:
         print(msg, file=sys.stderr)
-    return 1 if stale and args.check or (stale and not args.strip and any("outputs" in s for s in stale)) else 0
+    # stale only collects problems that must fail: outputs left in solutions/ (without --strip)
+    # and, with --check, out-of-date or orphaned lab copies
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

@@ -250,7 +250,6 @@ class Grader:
             outcome.possible[q.id] = q.points
             outcome.scores[q.id] = 0.0
         work = Path(tempfile.mkdtemp(prefix=f"{_safe(job.student)}-{job.lab}-", dir=self.scratch))
-        feedback_lines: list[str] = []
         try:
             nb, problem = _read_notebook(job.notebook)
             if nb is None:

@@ -169,8 +169,6 @@ class ServerProcess:
         except OSError as exc:
             log.close()
             raise ServerStartError(f"{self.name}: could not run {self.argv[0]!r}: {exc}") from exc
-        finally:
-            pass
         log.close()  # the child holds its own copy of the descriptor
         with _LOCK:
             _RUNNING[self.proc.pid] = self
