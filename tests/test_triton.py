@@ -7,6 +7,7 @@ a failure — `make test` builds it first; elsewhere those tests skip and say ho
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import shutil
@@ -19,8 +20,10 @@ import pytest
 from lab_utils.servers.base import ServerStartError, port_in_use
 from lab_utils.triton import (ConfigError, config_from_dict, config_problems, template_source, tree,
                               validate_config, version_folders, write_model)
-from lab_utils.triton.measure import BatchCounts, batch_counts, metric_value, parse_metrics, run_load
-from lab_utils.triton.recipes import course_llm_config, ensemble_config, mlp_config, write_llm_models
+from lab_utils.triton.measure import (BatchCounts, batch_counts, metric_value, parse_metrics, run_load,
+                                     run_open_loop)
+from lab_utils.triton.recipes import (cost_stand_in_config, course_llm_config, ensemble_config, mlp_config,
+                                      write_llm_models)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MLP = '''
@@ -163,6 +166,14 @@ def test_templates_and_recipes(tmp_path):
     with pytest.raises(ValueError, match="only MODE 'text' streams"):
         course_llm_config("g", "generate", tmp_path, decoupled=True)
     assert "dynamic_batching" not in mlp_config() and mlp_config(dynamic_batching={})["dynamic_batching"] == {}
+    assert "class TritonPythonModel" in template_source("cost_stand_in")
+    stand_in = validate_config(config_from_dict(cost_stand_in_config(
+        fixed_s=0.004, per_item_s=0.001, dynamic_batching={"preferred_batch_size": [8],
+                                                           "max_queue_delay_microseconds": 20000})))
+    assert {k: v.string_value for k, v in stand_in.parameters.items()} == {"FIXED_S": "0.004", "PER_ITEM_S": "0.001"}
+    assert list(stand_in.dynamic_batching.preferred_batch_size) == [8] and config_problems(stand_in, "stand_in") == []
+    with pytest.raises(ValueError, match="not both 0"):
+        cost_stand_in_config(fixed_s=0, per_item_s=0)
 
 
 # -- LLM backend configs -----------------------------------------------------------------------
@@ -218,6 +229,8 @@ def test_batch_counts_and_difference():
     delta = after - before
     assert delta == BatchCounts(12, 3, {1: 1, 2: 1, 8: 1})
     assert delta.average_batch == 4.0 and BatchCounts(0, 0, {}).average_batch == 0.0
+    assert delta.compute_s == {1: 0.0, 2: 1e-9, 8: 1e-9} and delta.mean_compute_s(2) == 1e-9
+    assert math.isnan(delta.mean_compute_s(4))
     with pytest.raises(KeyError, match="is it loaded"):
         batch_counts(stats(1, 1, {}), "other")
 
@@ -245,6 +258,43 @@ def test_run_load_counts_every_request_and_error():
     assert len(result.latencies_s) == 16 and len(result.errors) == 4 and result.summary()["errors"] == 4
     with pytest.raises(ValueError):
         run_load(send, 0, 1)
+
+
+def test_run_open_loop_bookkeeping_on_a_fake_clock():
+    now, slept = [0.0], []
+
+    def sleep(s):
+        slept.append(round(s, 9))
+        now[0] += s
+
+    def send(i, done):
+        now[0] += 0.002  # every send costs the client 2 ms
+        if i == 1:
+            raise ConnectionError("refused")
+        if i == 2:
+            done("server error")
+        elif i in (0, 3):
+            now[0] += 0.003  # answered 3 ms after the send returned
+            done(None)
+            done("late duplicate")  # counted once
+        # request 4 is never answered
+
+    result = run_open_loop(send, [0.0, 0.001, 0.010, 0.011, 0.050], timeout_s=0.01,
+                           clock=lambda: now[0], sleep=sleep)
+    assert slept == [0.003, 0.033]  # waits only when ahead of the schedule
+    assert result.sent_s == pytest.approx([0.0, 0.005, 0.010, 0.012, 0.050])
+    assert result.lag_s == pytest.approx([0.0, 0.004, 0.0, 0.001, 0.0])
+    assert result.done_s[:4] == pytest.approx([0.005, 0.007, 0.012, 0.017]) and math.isnan(result.done_s[4])
+    assert sorted(result.errors) == [1, 2, 4]
+    assert result.errors[1] == "ConnectionError: refused" and result.errors[2] == "server error"
+    assert "no answer within 0.01 s" in result.errors[4]
+    assert result.latencies_s == pytest.approx([0.005, 0.006])  # from the due time, answered requests only
+    assert result.latencies_from_send_s == pytest.approx([0.005, 0.005])
+    summary = result.summary()
+    assert summary["errors"] == 3 and summary["send_lag_max_ms"] == 4.0
+    with pytest.raises(ValueError, match="ascending"):
+        run_open_loop(send, [0.2, 0.1])
+    assert run_open_loop(send, []).summary()["errors"] == 0
 
 
 # -- launcher without a server -----------------------------------------------------------------
@@ -379,6 +429,54 @@ def test_server_batches_under_concurrency(llm_server):
     assert counts.inference_count == 32
     assert counts.execution_count < counts.inference_count, counts
     assert sum(b * n for b, n in counts.batch_sizes.items()) == 32 and max(counts.batch_sizes) > 1
+
+
+@pytest.mark.slow
+def test_dynamic_batching_config_reaches_the_server(triton_python, tmp_path):
+    """The batcher does what its config block says, seen in Triton's own batch-size histogram.
+
+    Requests go out about a millisecond apart, so while a formed batch waits for the model
+    instance, Triton may still add later arrivals to it (up to max_batch_size). Each case below
+    is built so that race cannot change the histogram.
+    """
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    from lab_utils.servers.triton import TritonServer
+    from lab_utils.triton.measure import grpc_async_sender, measure_batcher
+
+    cost = {"fixed_s": 0.002, "per_item_s": 0.0005, "max_batch_size": 8}
+    long_delay = 10_000_000  # 10 s: no request here may wait for it
+    write_model(tmp_path, "stand_in", cost_stand_in_config(**cost), {1: {"model.py": template_source("cost_stand_in")}})
+    with TritonServer(tmp_path, model_control="explicit", python=triton_python) as srv:
+        client = grpcclient.InferenceServerClient(srv.grpc_url)
+        try:
+            x = grpcclient.InferInput("x", [1, 1], "FP32")
+            x.set_data_from_numpy(np.ones((1, 1), dtype=np.float32))
+            send = grpc_async_sender(client, "stand_in", [x])
+
+            def run(batching, arrivals, warmup):
+                return measure_batcher(srv, "stand_in", cost_stand_in_config(**cost, dynamic_batching=batching),
+                                       arrivals, send, warmup=warmup, timeout_s=3.0)
+
+            # preferred size 4: a batch leaves as soon as 4 are queued, long before the delay;
+            # two waves of 4, the second after the first is answered
+            preferred = {"preferred_batch_size": [4], "max_queue_delay_microseconds": long_delay}
+            pref, pref_counts = run(preferred, [0.0] * 4 + [0.5] * 4, 4)
+            served = srv.model_config("stand_in")["dynamic_batching"]
+            # no preferred size: the batcher holds requests until max_batch_size are queued
+            full, full_counts = run({"max_queue_delay_microseconds": long_delay}, [0.0] * 8, 8)
+            off, off_counts = run(None, [0.0] * 8, 4)  # no dynamic_batching block: every request alone
+            assert client.infer("stand_in", [x]).as_numpy("y").tolist() == [[1.0]]  # y = x
+        finally:
+            client.close()
+    assert served["preferred_batch_size"] == [4] and int(served["max_queue_delay_microseconds"]) == long_delay
+    assert pref.errors == {} and full.errors == {} and off.errors == {}, "answered within 3 s, before the delay"
+    assert (pref_counts.inference_count, pref_counts.execution_count, pref_counts.batch_sizes) == (8, 2, {4: 2})
+    assert (full_counts.inference_count, full_counts.execution_count, full_counts.batch_sizes) == (8, 1, {8: 1})
+    assert (off_counts.inference_count, off_counts.execution_count, off_counts.batch_sizes) == (8, 8, {1: 8})
+    # Triton's own timing of an execution includes the stand-in's sleep (2 ms + 0.5 ms per row)
+    assert pref_counts.mean_compute_s(4) >= 0.004 and off_counts.mean_compute_s(1) >= 0.0025
 
 
 def _infer(url: str, model: str, inputs: list[dict]) -> dict:

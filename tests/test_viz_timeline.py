@@ -102,3 +102,34 @@ def test_explorer_updates_in_place_and_static_fallback():
     assert len(grid.axes) == 6
     with pytest.raises(ValueError, match="policy"):
         explorer_figure("round-robin")
+
+
+def test_explorer_render_is_the_full_figure():
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    ex = TimelineExplorer(title=False)
+    for setting in [("static", 8, 4.0), ("continuous", 32, 1.0), ("dynamic", 2, 20.0)]:
+        png = ex.render(*setting)
+        assert png.startswith(b"\x89PNG\r\n\x1a\n")
+        pixels = np.asarray(Image.open(io.BytesIO(png)))
+        ex.fig.canvas.draw()  # everything, legend and labels included, from scratch
+        assert np.array_equal(pixels, np.asarray(ex.fig.canvas.buffer_rgba())), setting
+    assert ex.summary.startswith("dynamic(max_batch_size=2") and not ex.ax.title.get_visible()
+
+
+def test_explorer_widget_sends_new_png_bytes_when_a_control_changes():
+    pytest.importorskip("ipywidgets")
+    box = timeline_explorer()
+    controls, summary, image = box.children
+    policy, batch, load = controls.children
+    seen = [bytes(image.value)]
+    assert seen[0].startswith(b"\x89PNG\r\n\x1a\n") and summary.value.startswith("continuous(max_num_seqs=8)")
+    for control, value in [(batch, 4), (policy, "static"), (load, 8.0)]:
+        control.value = value
+        png = bytes(image.value)
+        assert png.startswith(b"\x89PNG\r\n\x1a\n") and png not in seen, (control.description, value)
+        seen.append(png)
+    assert summary.value.startswith("static(batch_size=4) at 8 req/s")

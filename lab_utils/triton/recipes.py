@@ -36,6 +36,23 @@ def mlp_config(name: str = "mlp", *, width: int = 16, hidden: int = 1024, layers
     return cfg
 
 
+def cost_stand_in_config(name: str = "stand_in", *, fixed_s: float = 0.004, per_item_s: float = 0.001,
+                         max_batch_size: int = 16, dynamic_batching: dict | None = None) -> dict:
+    """A model that only sleeps fixed_s + per_item_s x batch rows per execution; None = batcher off."""
+    if fixed_s < 0 or per_item_s < 0 or fixed_s + per_item_s <= 0:
+        raise ValueError(f"fixed_s and per_item_s must be >= 0 and not both 0, got {fixed_s}, {per_item_s}")
+    cfg = {
+        "name": name, "backend": "python", "max_batch_size": max_batch_size,
+        "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [1]}],
+        "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [1]}],
+        "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
+        "parameters": _params(FIXED_S=fixed_s, PER_ITEM_S=per_item_s),
+    }
+    if dynamic_batching is not None:
+        cfg["dynamic_batching"] = dynamic_batching
+    return cfg
+
+
 def course_llm_config(name: str, mode: str, model_dir: str | Path, *, decoupled: bool = False,
                       max_tokens: int = 32, chat: bool = True, threads: int = 1) -> dict:
     """One course-model job (text, tokenize, generate, detokenize) as a python-backend model."""

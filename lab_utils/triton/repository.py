@@ -28,7 +28,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 def template_source(name: str) -> str:
-    """The source of a shipped python-backend model (mlp, version_echo, autocomplete, course_llm)."""
+    """The source of a shipped python-backend model (mlp, cost_stand_in, version_echo, autocomplete, course_llm)."""
     path = TEMPLATES / f"{name}.py"
     if not path.exists():
         known = sorted(p.stem for p in TEMPLATES.glob("*.py"))
