@@ -139,7 +139,7 @@ class Linear:
     def __init__(self, weight: "torch.Tensor", prepack: bool = True) -> None:
         import torch
 
-        self.weight = weight
+        self.weight: "torch.Tensor | None" = weight
         self.packed = None
         if prepack and weight.device.type == "cpu" and torch.backends.mkldnn.is_available():
             try:
@@ -151,7 +151,9 @@ class Linear:
             except (RuntimeError, AttributeError):  # no such op, or not for this dtype/CPU
                 same = False
             if same:
-                self.packed = packed
+                # The packed copy is all a call reads. A tied lm_head's weight lives on as the
+                # embedding, which holds its own reference; an untied one is freed here.
+                self.packed, self.weight = packed, None
 
     @staticmethod
     def _packed_matmul(x: "torch.Tensor", packed: "torch.Tensor") -> "torch.Tensor":
@@ -228,9 +230,6 @@ class LlamaModel:
                 "gate_up_proj": Linear(torch.cat([gate, up], 0).contiguous()),  # (2 I, hidden)
                 "down_proj": Linear(take(p + "mlp.down_proj.weight")),
             })
-            for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
-                if self.layers[-1][name].packed is not None:
-                    self.layers[-1][name].weight = None  # the packed copy is all the forward pass reads
         del raw
 
     def _build_rope(self, max_len: int) -> None:
