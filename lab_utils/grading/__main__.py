@@ -23,6 +23,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="resident-memory limit per notebook run (kernel and the servers it starts) "
                         "in MB; 0 for none (default 8192)")
     g.add_argument("--force", action="store_true", help="regrade unchanged submissions too")
+    g.add_argument("--seed", type=int, default=None,
+                   help="grading seed: each notebook runs on a scenario drawn from it and the hidden "
+                        "checks draw their cases from it (default: the seed kept in the instructor's "
+                        "folder, $LAB_INSTRUCTOR_DIR or ~/.config/llm-serving-lab/instructor/seed)")
     g.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    default=[], help="set a notebook parameter for every run, e.g. -p LIGHT True")
     q = sub.add_parser("questions", help="list the graded questions of a lab")
@@ -47,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         grade_class(args.submissions, args.out, args.hidden_tests, workers=args.workers,
                     timeout=args.timeout, memory_mb=args.memory_mb, force=args.force,
-                    parameters=params)
+                    parameters=params, seed=args.seed)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

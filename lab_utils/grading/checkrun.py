@@ -28,11 +28,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--answers", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--per-question", type=int, default=120)
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the seed the notebook ran with; hidden checks draw their cases from it "
+                             "(without it, only the public checks run)")
     args = parser.parse_args(argv)
 
     from .probe import load_answers
     from .registry import questions_for
-    from .scoring import ERROR, NOT_ANSWERED, Result, score
+    from .scoring import ERROR, NOT_ANSWERED, Result, score, score_graded
 
     answers, problems = load_answers(args.answers)
     results = []
@@ -45,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         signal.alarm(args.per_question)
         try:
-            results.append(score(q, answers))
+            results.append(score(q, answers) if args.seed is None
+                           else score_graded(q, answers, args.seed))
         except _CheckTimeout:
             results.append(Result(q.id, q.points, 0.0, ERROR,
                                   f"the check took longer than {args.per_question} s"))

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from .registry import questions_for
 
-GRADER_VERSION = "1"
+GRADER_VERSION = "2"
 LAB_RE = re.compile(r"^(\d\d)[_\-\w .]*\.ipynb$")
 MAX_OUTPUT_CHARS = 20_000  # per output, in the executed copy kept for the instructor
 
@@ -184,12 +184,46 @@ def _run_limited(cmd: list[str], *, timeout: float, memory_mb: int, env: dict, c
 
 # --- one notebook ------------------------------------------------------------------------------
 
+def instructor_dir() -> Path:
+    """The instructor's private folder (`LAB_INSTRUCTOR_DIR`, default ~/.config/llm-serving-lab/instructor)."""
+    override = os.environ.get("LAB_INSTRUCTOR_DIR")
+    return Path(override) if override else Path.home() / ".config" / "llm-serving-lab" / "instructor"
+
+
+def instructor_seed(progress=print) -> int:
+    """The class's grading seed, kept in the instructor's folder and never in a learner's copy.
+
+    Created at random on first use. Keep it: regrading with the same seed gives the same grades.
+    """
+    path = instructor_dir() / "seed"
+    try:
+        return int(path.read_text().strip())
+    except FileNotFoundError:
+        import secrets
+
+        seed = secrets.randbelow(2**31 - 1) + 1
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(path, f"{seed}\n")
+        os.chmod(path, 0o600)
+        progress(f"created a grading seed in {path}; keep that file private and keep it for regrades")
+        return seed
+    except ValueError:
+        raise ValueError(f"{path} should hold one integer (the grading seed); fix or delete it") from None
+
+
+def job_seed(seed: int, student: str, lab: str) -> int:
+    """The scenario seed one student's notebook of one lab runs with (never 0, the public seed)."""
+    digest = hashlib.sha256(f"{int(seed)}/{student}/{lab}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % (2**31 - 1) + 1
+
+
 class Grader:
     """Grades jobs one at a time (thread-safe; the CLI runs several in parallel)."""
 
     def __init__(self, out: Path, hidden_tests: Path | None = None, timeout: float = 900,
                  memory_mb: int = 8192, check_timeout: float = 300, python: str = sys.executable,
-                 kernel: str = "python3", parameters: dict | None = None):
+                 kernel: str = "python3", parameters: dict | None = None, seed: int | None = None,
+                 keep_answers: bool = False):
         if timeout <= 0:
             raise ValueError(f"--timeout must be positive seconds, got {timeout}")
         if memory_mb < 0:
@@ -204,6 +238,11 @@ class Grader:
         self.python = python
         self.kernel = kernel
         self.parameters = parameters or {}
+        if "SEED" in self.parameters:
+            raise ValueError("do not set SEED as a parameter: the grader draws each notebook's seed "
+                             "from --seed")
+        self.seed = int(seed) if seed is not None else instructor_seed()
+        self.keep_answers = keep_answers  # copy each run's saved answers to OUT/answers (tests reuse them)
         self.scratch = Path(tempfile.mkdtemp(prefix="lab-grader-"))
         # checks run from a private copy no notebook can reach; each notebook gets its own copy
         self.snapshot = _snapshot_lab_utils(self.scratch / "checker")
@@ -223,6 +262,7 @@ class Grader:
                 h.update(p.name.encode())
                 h.update(p.read_bytes())
         h.update(json.dumps(self.parameters, sort_keys=True).encode())
+        h.update(str(self.seed).encode())
         return h.hexdigest()
 
     def job_key(self, job: Job) -> str:
@@ -230,8 +270,12 @@ class Grader:
         h.update(job.notebook.read_bytes())
         return h.hexdigest()
 
-    def _env(self, snapshot: Path | None = None) -> dict:
+    def _env(self, snapshot: Path | None = None, work: Path | None = None, key: str = "") -> dict:
         env = dict(os.environ)
+        if key:  # measured answers are stamped with this run's key (provenance.py)
+            env["LAB_PROVENANCE_KEY"] = key
+        if work is not None:  # a graded run must not write into the instructor's own results file
+            env["LAB_RESULTS_FILE"] = str(work / "results.json")
         first = str(snapshot or self.snapshot)
         env["PYTHONPATH"] = os.pathsep.join([first] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -265,7 +309,11 @@ class Grader:
             from .probe import instrument
 
             names = sorted({n for q in qs for n in q.answers} | self._hidden_names(job.lab))
-            _apply_parameters(nb, self.parameters)
+            seed = job_seed(self.seed, job.student, job.lab)
+            import secrets
+
+            key = secrets.token_hex(16)
+            _apply_parameters(nb, {**self.parameters, "SEED": seed})
             instrument(nb, names, str(answers_dir))
             import nbformat
 
@@ -278,11 +326,11 @@ class Grader:
                  "--cwd", str(run_dir), "--cell-timeout", str(self.timeout),
                  "--status", str(status_file), "--kernel", self.kernel],
                 timeout=self.timeout, memory_mb=self.memory_mb,
-                env=self._env(_snapshot_lab_utils(work / "kernel-lib")), cwd=work,
+                env=self._env(_snapshot_lab_utils(work / "kernel-lib"), work, key), cwd=work,
                 log=work / "execute.log")
             outcome.status = _run_status(code, killed, status_file, self.timeout, self.memory_mb)
-            results = self._check(job.lab, answers_dir, work)
-            hidden = self._hidden(job.lab, answers_dir, work)
+            results = self._check(job.lab, answers_dir, work, seed, key)
+            hidden = self._hidden(job.lab, answers_dir, work, key)
             for r in results:
                 outcome.scores[r["id"]] = float(r["earned"])
             for h in hidden:
@@ -290,17 +338,22 @@ class Grader:
                 outcome.possible[qid] = h["points"]
                 outcome.scores[qid] = h["points"] if h["outcome"] == "passed" else 0.0
             self._keep_executed(job, executed)
+            if self.keep_answers:
+                dest = self.out / "answers" / _safe(job.student) / job.lab
+                shutil.rmtree(dest, ignore_errors=True)
+                shutil.copytree(answers_dir, dest)
+                (dest / "_seed").write_text(str(seed))
             return outcome, _feedback(job, outcome, results, hidden, "")
         finally:
             outcome.seconds = round(time.monotonic() - t0, 1)
             shutil.rmtree(work, ignore_errors=True)
 
-    def _check(self, lab: str, answers_dir: Path, work: Path) -> list[dict]:
+    def _check(self, lab: str, answers_dir: Path, work: Path, seed: int, key: str) -> list[dict]:
         out = work / "scores.json"
         code, killed = _run_limited(
             [self.python, "-m", "lab_utils.grading.checkrun", "--lab", lab, "--answers", str(answers_dir),
-             "--out", str(out)], timeout=self.check_timeout, memory_mb=self.memory_mb,
-            env=self._env(), cwd=work, log=work / "check.log")
+             "--out", str(out), "--seed", str(seed)], timeout=self.check_timeout, memory_mb=self.memory_mb,
+            env=self._env(work=work, key=key), cwd=work, log=work / "check.log")
         try:
             return json.loads(out.read_text())
         except (OSError, ValueError):
@@ -324,7 +377,7 @@ class Grader:
             names |= set(re.findall(r"answers\[\s*['\"](\w+)['\"]\s*\]", f.read_text()))
         return names
 
-    def _hidden(self, lab: str, answers_dir: Path, work: Path) -> list[dict]:
+    def _hidden(self, lab: str, answers_dir: Path, work: Path, key: str = "") -> list[dict]:
         files = self._hidden_files(lab)
         if not files:
             return []
@@ -337,7 +390,7 @@ class Grader:
             [self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "lab_utils.grading.hidden",
              "--answers", str(answers_dir), "--hidden-report", str(report), "--rootdir", str(tests),
              "-o", "addopts=", str(tests)],
-            timeout=self.check_timeout, memory_mb=self.memory_mb, env=self._env(), cwd=tests,
+            timeout=self.check_timeout, memory_mb=self.memory_mb, env=self._env(work=work, key=key), cwd=tests,
             log=work / "hidden.log")
         try:
             return json.loads(report.read_text())
@@ -495,7 +548,7 @@ def write_gradebook(out: Path, outcomes: list[Outcome]) -> Path:
 
 def grade_class(submissions: Path, out: Path, hidden_tests: Path | None = None, workers: int = 1,
                 timeout: float = 900, memory_mb: int = 8192, force: bool = False,
-                parameters: dict | None = None, progress=print) -> list[Outcome]:
+                parameters: dict | None = None, progress=print, seed: int | None = None) -> list[Outcome]:
     """Grade every notebook under `submissions` into `out`; returns the outcomes."""
     if workers < 1:
         raise ValueError(f"--workers must be at least 1, got {workers}")
@@ -504,7 +557,10 @@ def grade_class(submissions: Path, out: Path, hidden_tests: Path | None = None, 
         progress(f"warning: {w}")
     out.mkdir(parents=True, exist_ok=True)
     cache = out / ".cache"
-    grader = Grader(out, hidden_tests, timeout=timeout, memory_mb=memory_mb, parameters=parameters)
+    if seed is None:
+        seed = instructor_seed(progress)
+    grader = Grader(out, hidden_tests, timeout=timeout, memory_mb=memory_mb, parameters=parameters,
+                    seed=seed)
     outcomes: list[Outcome] = []
     lock = threading.Lock()
     t0 = time.monotonic()

@@ -37,6 +37,8 @@ def check(qid: str, namespace: dict | None = None) -> Result:
 def _show(result: Result) -> None:
     icon = _ICON.get(result.status, "❌")
     line = f"{icon} {result.id}: {result.status} ({result.earned:g}/{result.points:g} points)"
+    if result.status == CORRECT:
+        line += " — public check passed; the grader also tries cases you have not seen"
     if result.message:
         line += f" — {result.message}"
     try:

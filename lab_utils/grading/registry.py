@@ -1,25 +1,39 @@
-"""Graded questions: an id, points, the answer names a check reads, and the check itself.
+"""Graded questions: an id, points, the answers a check reads, a public and a hidden check.
 
-A lab's questions live in `lab_utils/grading/questions/labNN.py`:
+A lab's questions live in `lab_utils/grading/questions/labNN.py` (see docs/AUTHORING.md):
 
-    @question("02.allocate", points=2, answers=["allocate_blocks"])
-    def _(allocate_blocks):
-        assert [b.block_id for b in allocate_blocks(...)] == [0, 1], "block ids should ..."
+    @scenario("01")
+    def _(rng):                                   # the lab's inputs, drawn from the notebook's SEED
+        return {"gpu": rng.choice(["H100-80GB", "L40S"]), "batch": rng.randint(4, 64)}
+
+    @question("01.kv_bytes_per_token", points=2, answers=["kv_bytes_per_token"],
+              forbid=["lab_utils.memory.kv:kv_cache_bytes_per_token"])
+    def _(kv_bytes_per_token):                    # public: in the notebook, <= 2 fixed cases
+        assert int(kv_bytes_per_token(1, 1, 1, 1)) > 1, "a token stores a key AND a value"
+
+    @hidden("01.kv_bytes_per_token")
+    def _(kv_bytes_per_token, rng, scenario):     # grader only: unseen cases from the seed
+        ...
 
 A check gets the learner's answers by name, returns None (full points) or a fraction in [0, 1]
 (partial credit), and raises AssertionError with a hint (never the answer) when it is wrong.
 Checks must not trust the objects they receive: compare `int(x) == n`, `list(map(int, xs))`,
-never `x == expected` on an object whose `__eq__` the learner wrote.
+never `x == expected` on an object whose `__eq__` the learner wrote. The grader's score is the
+public fraction times the hidden fraction.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import pkgutil
+import random
 from dataclasses import dataclass, field
 from typing import Callable
 
 _REGISTRY: dict[str, "Question"] = {}
+_HIDDEN: dict[str, Callable[..., float | None]] = {}
+_SCENARIOS: dict[str, Callable[[random.Random], dict]] = {}
 
 
 @dataclass(frozen=True)
@@ -31,14 +45,28 @@ class Question:
     answers: tuple[str, ...]  # names the check reads from the notebook's globals
     fn: Callable[..., float | None] = field(compare=False, repr=False)
     description: str = ""
+    # "module:attr" of reference implementations the answer may neither be nor call
+    forbid: tuple[str, ...] = ()
+    # answers that may legitimately be None (rare); any other None answer scores zero
+    allow_none: tuple[str, ...] = ()
+    # a prediction made before a cell measures the same figure (every lab has at least one)
+    predict: bool = False
+
+    @property
+    def hidden(self) -> Callable[..., float | None] | None:
+        """The grader-only check (`@hidden`), or None."""
+        _load_all()
+        return _HIDDEN.get(self.id)
 
     @property
     def lab(self) -> str:
         return self.id.split(".", 1)[0]
 
 
-def question(qid: str, points: float, answers: list[str], description: str = ""):
-    """Register a check function for question `qid` (decorator)."""
+def question(qid: str, points: float, answers: list[str], description: str = "",
+             forbid: list[str] | None = None, allow_none: list[str] | None = None,
+             predict: bool = False):
+    """Register the public check function for question `qid` (decorator)."""
     if "." not in qid or not qid.split(".", 1)[0].isdigit():
         raise ValueError(f"question id {qid!r} must look like '02.name' (lab number, dot, name)")
     if points <= 0:
@@ -48,10 +76,54 @@ def question(qid: str, points: float, answers: list[str], description: str = "")
 
     def register(fn: Callable[..., float | None]) -> Callable[..., float | None]:
         _REGISTRY[qid] = Question(qid, float(points), tuple(answers), fn,
-                                  description or (fn.__doc__ or "").strip())
+                                  description or (fn.__doc__ or "").strip(),
+                                  tuple(forbid or ()), tuple(allow_none or ()), bool(predict))
         return fn
 
     return register
+
+
+def hidden(qid: str):
+    """Register the grader-only check of question `qid`: `fn(*answers, rng, scenario)`."""
+
+    def register(fn: Callable[..., float | None]) -> Callable[..., float | None]:
+        _HIDDEN[qid] = fn
+        return fn
+
+    return register
+
+
+def scenario(lab: str):
+    """Register lab `lab`'s scenario: `fn(rng: random.Random) -> dict` of plain values."""
+    lab = str(lab).zfill(2)
+
+    def register(fn: Callable[[random.Random], dict]) -> Callable[[random.Random], dict]:
+        _SCENARIOS[lab] = fn
+        return fn
+
+    return register
+
+
+def seeded_rng(seed: int, purpose: str) -> random.Random:
+    """A random.Random for one purpose ("scenario", "hidden") derived from a seed."""
+    digest = hashlib.sha256(f"{int(seed)}/{purpose}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def lab_scenario(lab: str, seed: int = 0) -> dict:
+    """The scenario inputs of lab `lab` for `seed` (the notebook's SEED parameter).
+
+    Compute your answers from these values: the grader runs your notebook with its own seed.
+    """
+    _load_all()
+    lab = str(lab).zfill(2)
+    if lab not in _SCENARIOS:
+        raise KeyError(f"lab {lab} has no scenario; labs with one: {sorted(_SCENARIOS)}")
+    try:
+        seed = int(seed)
+    except (TypeError, ValueError):
+        raise ValueError(f"SEED must be an integer, got {seed!r}") from None
+    return dict(_SCENARIOS[lab](seeded_rng(seed, f"scenario/{lab}")))
 
 
 def _load_all() -> None:

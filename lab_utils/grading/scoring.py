@@ -1,17 +1,27 @@
-"""Run one question's check on a set of answers and say what it earned and why."""
+"""Run one question's checks on a set of answers and say what it earned and why.
+
+`score` runs the public check (what `check()` shows in the notebook). `score_graded` is what the
+grader records: the public fraction times the hidden fraction, the hidden check running on cases
+drawn from the instructor's seed. Both refuse answers that are None or that are, or call, a
+reference implementation the question forbids.
+"""
 
 from __future__ import annotations
 
+import importlib
+import os
+import sys
 import traceback
 from dataclasses import asdict, dataclass
 
-from .registry import Question
+from .registry import Question, lab_scenario, seeded_rng
 
 NOT_ANSWERED = "not answered"
 WRONG = "not yet right"
 ERROR = "error"
 CORRECT = "correct"
 PARTIAL = "partly right"
+REFERENCE = "uses the reference"
 
 
 @dataclass
@@ -33,31 +43,187 @@ class Result:
         pass
 
 
-class _Missing(Exception):
-    pass
+class UsesReference(Exception):
+    """An answer is, or calls, a reference implementation the question forbids."""
 
 
-def score(q: Question, namespace: dict) -> Result:
-    """Score question `q` against the answers found in `namespace` (a notebook's globals)."""
-    missing = [name for name in q.answers if name not in namespace]
-    if missing:
-        return Result(q.id, q.points, 0.0, NOT_ANSWERED,
-                      f"define {', '.join(f'`{m}`' for m in missing)} and run its cell")
+# --- forbidden references ----------------------------------------------------------------------
+
+def _resolve(spec: str):
+    module, _, attr = spec.partition(":")
+    obj = importlib.import_module(module)
+    for part in attr.split(".") if attr else []:
+        obj = getattr(obj, part)
+    return obj
+
+
+def _code_objects(obj) -> set:
+    """Code objects of a function, or of every function defined on a class and its bases."""
+    codes = set()
+    if isinstance(obj, type):
+        for klass in obj.__mro__:
+            if klass is object:
+                continue
+            for value in vars(klass).values():
+                for f in (value, getattr(value, "__func__", None), getattr(value, "fget", None)):
+                    code = getattr(f, "__code__", None)
+                    if code is not None:
+                        codes.add(code)
+    else:
+        code = getattr(obj, "__code__", None) or getattr(getattr(obj, "__func__", None), "__code__", None)
+        if code is not None:
+            codes.add(code)
+    return codes
+
+
+_LIB = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../lab_utils
+_SYSTEM = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+
+
+def _is_learner_code(code) -> bool:
+    path = code.co_filename
+    if path.startswith("<frozen") or path.startswith(_SYSTEM) and "site-packages" in path:
+        return False
+    if os.path.abspath(path).startswith(_LIB + os.sep):
+        return False
+    return not any(path.startswith(os.path.join(p, "lib")) for p in _SYSTEM)
+
+
+def _forbidden(q: Question) -> list:
+    found = []
+    for spec in q.forbid:
+        try:
+            found.append((spec, _resolve(spec)))
+        except Exception as exc:  # a check author's typo must not pass every learner
+            raise RuntimeError(f"question {q.id}: cannot import forbidden reference {spec!r}: {exc}") from exc
+    return found
+
+
+def _check_identity(q: Question, values: dict, forbidden: list) -> None:
+    for name, value in values.items():
+        inner = getattr(value, "func", None)  # functools.partial
+        for spec, ref in forbidden:
+            same = value is ref or inner is ref
+            if not same and isinstance(value, type) and isinstance(ref, type):
+                same = issubclass(value, ref)
+            if not same and callable(value) and _code_objects(value) and _code_objects(value) == _code_objects(ref):
+                same = True
+            if same:
+                raise UsesReference(f"`{name}` is the course's reference `{spec.split(':')[-1]}`; "
+                                    "write your own")
+
+
+class _CallWatch:
+    """A profile hook that notices learner code calling a forbidden reference."""
+
+    def __init__(self, forbidden: list):
+        self.codes = {}
+        for spec, ref in forbidden:
+            for code in _code_objects(ref):
+                self.codes[code] = spec
+        self.hit: str | None = None
+
+    def __call__(self, frame, event, arg):
+        if event == "call" and self.hit is None and frame.f_code in self.codes:
+            caller = frame.f_back
+            while caller is not None:
+                if _is_learner_code(caller.f_code):
+                    self.hit = self.codes[frame.f_code]
+                    return
+                if "grading" in caller.f_code.co_filename and "questions" in caller.f_code.co_filename:
+                    return  # the check itself computing the reference
+                caller = caller.f_back
+
+    def __enter__(self):
+        if self.codes:
+            self._old = sys.getprofile()
+            sys.setprofile(self)
+        return self
+
+    def __exit__(self, *exc):
+        if self.codes:
+            sys.setprofile(self._old)
+        return False
+
+
+# --- running a check ---------------------------------------------------------------------------
+
+def _run(q: Question, fn, values: dict, extra: dict, forbidden: list) -> tuple[float | None, str, str]:
+    """Run one check function: (fraction or None on failure, status, message)."""
+    watch = _CallWatch(forbidden)
     try:
-        fraction = q.fn(**{name: namespace[name] for name in q.answers})
+        with watch:
+            fraction = fn(**values, **extra)
     except NotImplementedError:
-        return Result(q.id, q.points, 0.0, NOT_ANSWERED, "the answer still raises NotImplementedError")
+        return None, NOT_ANSWERED, "the answer still raises NotImplementedError"
     except AssertionError as exc:
-        return Result(q.id, q.points, 0.0, WRONG, str(exc) or "the check's assertion failed")
+        if watch.hit:
+            return None, REFERENCE, f"your answer calls the course's reference `{watch.hit.split(':')[-1]}`"
+        return None, WRONG, str(exc) or "the check's assertion failed"
     except Exception as exc:  # a learner's code may raise anything; report it, do not crash
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        return Result(q.id, q.points, 0.0, ERROR, f"your answer raised {last}")
+        return None, ERROR, f"your answer raised {last}"
+    if watch.hit:
+        return None, REFERENCE, f"your answer calls the course's reference `{watch.hit.split(':')[-1]}`; write your own"
     if fraction is None:
-        return Result(q.id, q.points, q.points, CORRECT, "")
+        return 1.0, CORRECT, ""
     try:
         frac = float(fraction)
     except (TypeError, ValueError):
-        return Result(q.id, q.points, 0.0, ERROR, "check returned a non-number (a bug in the check)")
-    frac = min(1.0, max(0.0, frac))
+        return None, ERROR, "check returned a non-number (a bug in the check)"
+    return min(1.0, max(0.0, frac)), "", ""
+
+
+def _prepare(q: Question, namespace: dict) -> tuple[dict | None, Result | None, list]:
+    missing = [name for name in q.answers if name not in namespace]
+    if missing:
+        return None, Result(q.id, q.points, 0.0, NOT_ANSWERED,
+                            f"define {', '.join(f'`{m}`' for m in missing)} and run its cell"), []
+    values = {name: namespace[name] for name in q.answers}
+    nones = [n for n, v in values.items() if v is None and n not in q.allow_none]
+    if nones:
+        return None, Result(q.id, q.points, 0.0, NOT_ANSWERED,
+                            f"{', '.join(f'`{n}`' for n in nones)} is None: compute it"), []
+    forbidden = _forbidden(q)
+    try:
+        _check_identity(q, values, forbidden)
+    except UsesReference as exc:
+        return None, Result(q.id, q.points, 0.0, REFERENCE, str(exc)), []
+    return values, None, forbidden
+
+
+def _result(q: Question, frac: float) -> Result:
     status = CORRECT if frac == 1.0 else (PARTIAL if frac > 0 else WRONG)
     return Result(q.id, q.points, round(q.points * frac, 4), status, "")
+
+
+def score(q: Question, namespace: dict) -> Result:
+    """Score the public check of question `q` against the answers in `namespace` (a notebook's globals)."""
+    values, early, forbidden = _prepare(q, namespace)
+    if early:
+        return early
+    frac, status, message = _run(q, q.fn, values, {}, forbidden)
+    if frac is None:
+        return Result(q.id, q.points, 0.0, status, message)
+    return _result(q, frac)
+
+
+def score_graded(q: Question, namespace: dict, seed: int) -> Result:
+    """What the grader records: public check, then the hidden check on cases from `seed`."""
+    public = score(q, namespace)
+    if public.earned == 0 or q.hidden is None:
+        return public
+    values, early, forbidden = _prepare(q, namespace)
+    lab = q.lab
+    try:
+        scen = lab_scenario(lab, seed)
+    except KeyError:
+        scen = {}
+    extra = {"rng": seeded_rng(seed, f"hidden/{q.id}"), "scenario": scen}
+    frac, status, message = _run(q, q.hidden, values, extra, forbidden)
+    if frac is None:
+        if status == WRONG:
+            message = f"passes the public check but not the grader's unseen cases: {message}"
+        return Result(q.id, q.points, 0.0, status, message)
+    public_frac = public.earned / q.points if q.points else 0.0
+    return _result(q, round(public_frac * frac, 6))
