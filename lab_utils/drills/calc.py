@@ -1,0 +1,134 @@
+"""The back-of-the-envelope calculators behind the interview drills, on plain numbers.
+
+Each function is one formula an interviewer expects you to write on a whiteboard. The memory terms
+(weights, KV bytes per token, activations) come from `lab_utils.memory`, which works from a model's
+shape; these take the numbers a question states, so a learner can rebuild each one in lab 11.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def _positive(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def valid_tp_degrees(num_heads: int, num_kv_heads: int, max_tp: int = 8) -> list[int]:
+    """Tensor-parallel degrees that split both attention and KV heads evenly, within one node."""
+    return [tp for tp in range(1, int(max_tp) + 1) if num_heads % tp == 0 and num_kv_heads % tp == 0]
+
+
+def gpus_needed(weights_gb: float, kv_gb: float, gpu_memory_gb: float, utilization: float,
+                reserve_gb: float, num_heads: int, num_kv_heads: int, max_tp: int = 8) -> int | None:
+    """Smallest TP degree whose per-GPU share of weights and KV fits, or None when no degree fits.
+
+    Per GPU: (weights + KV) / TP + reserve (activations, CUDA context) <= utilization x memory.
+    The degree must divide the attention heads and the KV heads and be at most `max_tp`.
+    """
+    usable = utilization * gpu_memory_gb - reserve_gb
+    if usable <= 0:
+        return None
+    for tp in valid_tp_degrees(num_heads, num_kv_heads, max_tp):
+        if (weights_gb + kv_gb) / tp <= usable:
+            return tp
+    return None
+
+
+def ridge_point(peak_tflops: float, bandwidth_gb_s: float) -> float:
+    """FLOPs per byte at which a GPU stops being bandwidth-bound: peak FLOP/s over bytes/s."""
+    return _positive("peak_tflops", peak_tflops) * 1e12 / (_positive("bandwidth_gb_s", bandwidth_gb_s) * 1e9)
+
+
+def decode_arithmetic_intensity(batch_size: int, bytes_per_param: float) -> float:
+    """FLOPs per weight byte of a decode step: 2 FLOPs per weight per sequence, each weight read once."""
+    return 2.0 * batch_size / _positive("bytes_per_param", bytes_per_param)
+
+
+def critical_batch(peak_tflops: float, bandwidth_gb_s: float, bytes_per_param: float) -> float:
+    """Decode batch at which the weight-streaming intensity reaches the ridge point (KV reads ignored)."""
+    return ridge_point(peak_tflops, bandwidth_gb_s) * bytes_per_param / 2.0
+
+
+def prefill_ttft_s(num_params: float, prompt_tokens: int, peak_tflops: float, mfu: float,
+                   num_gpus: int = 1) -> float:
+    """Compute-bound prefill time: 2 FLOPs per parameter per prompt token at `mfu` of the peak."""
+    flops = 2.0 * num_params * prompt_tokens
+    return flops / (num_gpus * _positive("peak_tflops", peak_tflops) * 1e12 * _positive("mfu", mfu))
+
+
+def batching_gain(output_lens: Sequence[int], batch_size: int) -> float:
+    """Throughput of continuous over static batching for requests taken in arrival order.
+
+    Static: consecutive groups of `batch_size` run until their longest request finishes, so a
+    group costs max(lengths) decode steps. Continuous: a finished request's slot is refilled at
+    once, so all slots stay busy and the work costs sum(lengths) / batch_size steps. Decode steps
+    are taken to cost the same whatever the batch (memory-bound); prefill and the tail are ignored.
+    """
+    lens = [int(x) for x in output_lens]
+    if not lens or batch_size < 1:
+        raise ValueError("need at least one output length and batch_size >= 1")
+    static = sum(max(lens[i:i + batch_size]) for i in range(0, len(lens), batch_size))
+    continuous = sum(lens) / batch_size
+    return static / continuous
+
+
+def littles_law_concurrency(rate: float, latency_s: float) -> float:
+    """Requests in the system on average: L = lambda x W."""
+    return rate * latency_s
+
+
+def max_rate(concurrency: float, latency_s: float) -> float:
+    """Highest arrival rate a server holding `concurrency` requests at once sustains: lambda = L / W."""
+    return concurrency / _positive("latency_s", latency_s)
+
+
+def goodput(ttfts_s: Sequence[float], tpots_s: Sequence[float], duration_s: float,
+            ttft_slo_s: float, tpot_slo_s: float) -> float:
+    """Requests per second that met BOTH latency targets (the others do not count)."""
+    ok = sum(1 for a, b in zip(ttfts_s, tpots_s) if a <= ttft_slo_s and b <= tpot_slo_s)
+    return ok / _positive("duration_s", duration_s)
+
+
+def spec_expected_tokens(alpha: float, k: int) -> float:
+    """Tokens one target forward pass yields with k draft tokens, each accepted with probability alpha.
+
+    (1 - alpha^(k+1)) / (1 - alpha): accepted drafts plus the one token the target always adds.
+    """
+    if alpha >= 1:
+        return float(k + 1)
+    return (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def spec_speedup(alpha: float, k: int, draft_cost_ratio: float) -> float:
+    """Speed-up over plain decoding when one draft step costs `draft_cost_ratio` of a target step."""
+    return spec_expected_tokens(alpha, k) / (1 + k * draft_cost_ratio)
+
+
+def batch1_decode_tokens_per_s(bandwidth_gb_s: float, weights_gb: float) -> float:
+    """Upper bound of batch-1 decode: every token reads all the weights once."""
+    return bandwidth_gb_s / _positive("weights_gb", weights_gb)
+
+
+def cached_prefix_tokens(prefix_tokens: int, block_size: int) -> int:
+    """Tokens of a shared prefix a block-based prefix cache reuses: whole blocks only."""
+    return (int(prefix_tokens) // int(block_size)) * int(block_size)
+
+
+def prefill_saved_fraction(prefix_tokens: int, suffix_tokens: int, block_size: int) -> float:
+    """Fraction of a request's prefill skipped when its shared prefix is already cached."""
+    return cached_prefix_tokens(prefix_tokens, block_size) / (prefix_tokens + suffix_tokens)
+
+
+def cost_per_million_tokens(price_per_gpu_hour: float, num_gpus: int, tokens_per_s: float) -> float:
+    """Dollars per million generated tokens at a sustained throughput."""
+    return price_per_gpu_hour * num_gpus / (_positive("tokens_per_s", tokens_per_s) * 3600) * 1e6
+
+
+def replicas_needed(rate: float, tokens_per_request: float, tokens_per_s_per_replica: float,
+                    headroom: float = 0.7) -> int:
+    """Replicas for a token demand, running each at `headroom` of its measured capacity."""
+    return max(1, math.ceil(rate * tokens_per_request / (tokens_per_s_per_replica * headroom)))

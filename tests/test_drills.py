@@ -1,0 +1,146 @@
+"""Seeded interview drills: same seed same drills, other seeds other drills, and every reference
+answer recomputed here from the drill's stated inputs with formulas written out independently."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lab_utils.drills import TOPICS, Drill, make_drills
+from lab_utils.drills.shapes import MODELS
+
+CONFIGS = Path(__file__).parent / "data" / "configs"
+
+
+def _independent(d: Drill) -> float:
+    x = d.inputs
+    if d.kind == "kv_bytes_per_token":
+        return 2 * x["layers"] * x["kv_heads"] * x["head_dim"] * x["dtype_bytes"] / 1024
+    if d.kind == "kv_concurrency":
+        per_token = 2 * x["layers"] * x["kv_heads"] * x["head_dim"] * x["dtype_bytes"]
+        return math.floor(x["kv_gb"] * 1e9 / per_token / x["context"])
+    if d.kind == "gpus_needed":
+        for tp in range(1, x["max_tp"] + 1):
+            splits = x["heads"] % tp == 0 and x["kv_heads"] % tp == 0
+            per_gpu = (x["weights_gb"] + x["kv_gb"]) / tp + x["reserve_gb"]
+            if splits and per_gpu <= x["utilization"] * x["gpu_memory_gb"]:
+                return tp
+        raise AssertionError("a gpus_needed drill without an answer")
+    if d.kind == "kv_to_weights":
+        return x["batch"] * x["context"] * x["kv_bytes_per_token"] / (x["num_params"] * x["bytes_per_param"])
+    if d.kind == "activation_gb":
+        mlp = x["tokens"] * (2 * x["hidden"] + 3 * x["intermediate"]) * x["dtype_bytes"]
+        return (mlp + x["seqs"] * x["vocab"] * (x["dtype_bytes"] + 4)) / 1e9
+    if d.kind == "ridge_point":
+        return x["peak_tflops"] * 1e3 / x["bandwidth_gb_s"]
+    if d.kind == "critical_batch":  # solve 2 * b / bytes = ridge for b
+        return x["peak_tflops"] * 1e3 / x["bandwidth_gb_s"] * x["bytes_per_param"] / 2
+    if d.kind == "prefill_ttft_ms":
+        return 2 * x["num_params"] * x["prompt_tokens"] / (x["num_gpus"] * x["peak_tflops"] * 1e12 * x["mfu"]) * 1e3
+    if d.kind == "batching_gain":
+        lens, b = x["output_lens"], x["batch_size"]
+        assert len(lens) == b  # one batch composition, repeated
+        return max(lens) / (sum(lens) / b)
+    if d.kind == "concurrency":
+        return x["rate"] * (x["ttft_s"] + x["output_tokens"] * x["tpot_s"])
+    if d.kind == "max_rate":
+        return x["concurrency"] / x["latency_s"]
+    if d.kind == "goodput":
+        good = [t <= x["ttft_slo_s"] and p <= x["tpot_slo_s"] for t, p in zip(x["ttfts_s"], x["tpots_s"])]
+        return sum(good) / x["duration_s"]
+    if d.kind == "spec_expected_tokens":
+        return sum(x["alpha"] ** i for i in range(x["k"] + 1))
+    if d.kind == "spec_speedup":
+        return sum(x["alpha"] ** i for i in range(x["k"] + 1)) / (1 + x["k"] * x["draft_cost_ratio"])
+    if d.kind in ("quant_memory_ratio", "quant_batch1_tokens_per_s"):
+        quantized = x["linear_params"] * x["bits"] / 8 + x["other_params"] * 2
+        if d.kind == "quant_memory_ratio":
+            return (x["linear_params"] + x["other_params"]) * 2 / quantized
+        return x["bandwidth_gb_s"] * 1e9 / quantized
+    if d.kind == "prefix_prefill_saved":
+        whole = x["prefix_tokens"] - x["prefix_tokens"] % x["block_size"]
+        return whole / (x["prefix_tokens"] + x["suffix_tokens"])
+    if d.kind == "prefix_kv_saved_gb":
+        whole = x["prefix_tokens"] - x["prefix_tokens"] % x["block_size"]
+        return (x["users"] - 1) * whole * x["kv_bytes_per_token"] / 1e9
+    if d.kind == "cost_per_million":
+        return x["price_per_gpu_hour"] * x["num_gpus"] / (x["tokens_per_s"] * 3600) * 1e6
+    raise AssertionError(f"no independent computation for kind {d.kind!r}")
+
+
+def test_same_seed_same_drills_and_other_seeds_differ():
+    a, b = make_drills(7), make_drills(7)
+    assert [d.to_dict() for d in a] == [d.to_dict() for d in b]
+    assert len(a) == 20
+    others = [make_drills(s) for s in (8, 9)]
+    for other in others:
+        assert [d.question for d in other] != [d.question for d in a]
+        assert sum(d.question != o.question for d, o in zip(a, other)) >= 15
+
+
+def test_every_topic_appears_before_any_repeats():
+    drills = make_drills(3, n=len(TOPICS) + 2)
+    assert {d.topic for d in drills[:len(TOPICS)]} == set(TOPICS)
+    only = make_drills(3, topics=["speculative", "cost"], n=5)
+    assert {d.topic for d in only} == {"speculative", "cost"}
+    with pytest.raises(ValueError, match="unknown topics"):
+        make_drills(0, topics=["kv"])
+    with pytest.raises(ValueError):
+        make_drills(0, n=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=2**31 - 1))
+def test_reference_answers_match_an_independent_computation(seed):
+    for d in make_drills(seed, n=2 * len(TOPICS)):
+        want = _independent(d)
+        assert math.isclose(d.answer, want, rel_tol=2e-3), (d.kind, d.answer, want, d.inputs)
+        assert d.is_correct(want)
+        assert math.isfinite(d.answer) and d.answer > 0
+        assert 0 < d.tolerance <= 0.05 and d.explanation and d.unit
+        json.dumps(d.to_dict())  # plain data: the grader and the widget can ship it
+
+
+def test_every_kind_is_reached():
+    kinds = {d.kind for s in range(40) for d in make_drills(s, n=len(TOPICS))}
+    assert len(kinds) == 19, sorted(kinds)
+
+
+def test_is_correct_uses_the_relative_tolerance():
+    d = Drill("x", "cost", "cost_per_million", "q", 100.0, "$", 0.01, "e")
+    assert d.is_correct(100.9) and d.is_correct("99.1") and not d.is_correct(101.5)
+    assert not d.is_correct(None) and not d.is_correct("abc") and not d.is_correct(float("nan"))
+
+
+@pytest.mark.parametrize("name", ["Llama-3-8B", "Llama-3-70B", "Mistral-7B-v0.1", "Qwen2.5-7B"])
+def test_model_shapes_match_the_configs(name):
+    cfg = json.loads((CONFIGS / f"{name}.json").read_text())
+    s = MODELS[name]
+    assert (s.num_layers, s.hidden_size, s.num_attention_heads, s.num_kv_heads, s.intermediate_size,
+            s.vocab_size) == (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"],
+                              cfg["num_key_value_heads"], cfg["intermediate_size"], cfg["vocab_size"])
+
+
+def test_seed_example_is_not_ten_times():
+    from lab_utils.drills.calc import batching_gain
+
+    assert batching_gain([50] * 7 + [500], 8) == pytest.approx(500 / 106.25)
+
+
+def test_spec_expected_tokens_matches_a_simulation():
+    import random
+
+    from lab_utils.drills.calc import spec_expected_tokens
+
+    rng, alpha, k, total, rounds = random.Random(0), 0.7, 4, 0, 20000
+    for _ in range(rounds):
+        accepted = 0
+        while accepted < k and rng.random() < alpha:
+            accepted += 1
+        total += accepted + 1  # the target adds one token after the accepted drafts
+    assert total / rounds == pytest.approx(spec_expected_tokens(alpha, k), rel=0.02)
