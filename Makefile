@@ -1,6 +1,7 @@
 # LLM Serving Lab — two commands: `make lab` opens the course, `make test` passes its tests.
 #
-#   make setup        course environment (.venv) + course model; starts nothing
+#   make setup        everything every lab needs in CPU mode: course environment (.venv), course
+#                     model, Triton server environment (.venv-triton); starts nothing
 #   make lab          setup, then JupyterLab on 127.0.0.1 in labs/
 #   make test         setup + Triton server environment + test tools, then the whole suite
 #   make test-fast    the suite without the slow tests (no servers, no notebooks)
@@ -21,7 +22,10 @@ PYTEST_ARGS ?=
 
 .PHONY: setup lab test test-fast labs model venv triton-env test-tools clean-venv
 
-setup: venv model
+# Every lab's set-up in CPU mode; idempotent (a second run takes seconds). `python -m lab_utils.setup`
+# reports the same steps, and a lab's setup cell offers to run a missing one from the notebook.
+setup: venv model triton-env
+	@$(PY) -m lab_utils.setup
 
 venv: $(STAMP)
 
@@ -39,6 +43,8 @@ triton-env:
 	bash scripts/triton_env.sh
 
 # Debian's docker-compose (1.29) validates compose files without a Docker engine.
+# Debian's chromium runs the labs' widgets in JupyterLab for tests/test_browser.py (driven by playwright,
+# which is in the requirements; its own browser download is not used).
 test-tools:
 	@command -v docker-compose >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -46,6 +52,12 @@ test-tools:
 	     (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q docker-compose >/dev/null 2>&1)) || \
 	    echo "note: docker-compose not installed; compose files are checked by schema only"; \
 	  else echo "note: docker-compose not found; compose files are checked by schema only"; fi; }
+	@command -v chromium >/dev/null 2>&1 || [ -x /usr/lib/chromium/chromium ] || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get install -y -q chromium >/dev/null 2>&1 || \
+	     (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) || \
+	    echo "note: chromium not installed; the browser test (tests/test_browser.py) is skipped"; \
+	  else echo "note: chromium not found; the browser test (tests/test_browser.py) is skipped"; fi; }
 
 # JupyterLab refuses to run as root unless told; containers and lab VMs often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
@@ -53,7 +65,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 lab: setup
 	$(VENV)/bin/jupyter lab --ip 127.0.0.1 --port $(LAB_PORT) --no-browser $(ROOT_FLAG) --notebook-dir labs
 
-test: setup triton-env test-tools
+test: setup test-tools
 	$(PY) -m lab_utils.nbgen --check
 	$(PY) -m pytest -ra $(PYTEST_ARGS)
 
