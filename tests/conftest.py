@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,10 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("MPLBACKEND", "Agg")
+# tests never touch an instructor's seed or a learner's results file
+_SCRATCH = tempfile.mkdtemp(prefix="lab-tests-")
+os.environ.setdefault("LAB_INSTRUCTOR_DIR", os.path.join(_SCRATCH, "instructor"))
+os.environ.setdefault("LAB_RESULTS_FILE", os.path.join(_SCRATCH, "results.json"))
 
 
 @pytest.fixture(scope="session")
