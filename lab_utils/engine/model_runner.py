@@ -146,7 +146,8 @@ class ModelRunner:
             if sample_ids:
                 logits = self.model.forward(input_ids, positions, meta, logits_rows)
                 params = [requests[r].sampling_params for r in sample_ids]
-                tokens = self.sampler.sample(logits, sample_ids, params)
+                done = [requests[r].output_token_ids for r in sample_ids]
+                tokens = self.sampler.sample(logits, sample_ids, params, done)
                 out.sampled_token_ids = dict(zip(sample_ids, tokens))
             else:  # only partial prefill chunks: fill the cache, sample nothing
                 self.model.forward(input_ids, positions, meta, logits_rows[:0])

@@ -56,10 +56,17 @@ class Sampler:
         return gen
 
     def sample(self, logits: "torch.Tensor", request_ids: list[str],
-               params: list[SamplingParams]) -> list[int]:
-        """One token id per row of `logits` (S, vocab)."""
+               params: list[SamplingParams], output_token_ids: list[list[int]] | None = None) -> list[int]:
+        """One token id per row of `logits` (S, vocab); rows with logits_processors go through them first."""
         import torch
 
+        processed = [i for i, p in enumerate(params) if p.logits_processors]
+        if processed:
+            logits = logits.clone()
+            for i in processed:
+                done = output_token_ids[i] if output_token_ids is not None else []
+                for fn in params[i].logits_processors:
+                    logits[i] = fn(done, logits[i])
         tokens = logits.argmax(dim=-1)  # greedy for every row; sampled rows overwrite theirs
         sampled_rows = [i for i, p in enumerate(params) if not p.greedy]
         if sampled_rows:

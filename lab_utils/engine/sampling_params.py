@@ -18,6 +18,9 @@ class SamplingParams:
         stop: strings that end the output; the stop string is not included in the text.
         stop_token_ids: token ids that end the output (as well as the model's EOS).
         ignore_eos: keep going past EOS (benchmarks use this for fixed output lengths).
+        logits_processors: callables `fn(output_token_ids, logits) -> logits` applied to this
+            request's row of logits (1-D, vocab) before sampling, in order: how constrained
+            decoding (a grammar's token mask) plugs in, as in vLLM's v0 API.
     """
 
     temperature: float = 1.0
@@ -28,6 +31,7 @@ class SamplingParams:
     stop: list[str] | str | None = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
+    logits_processors: list | None = field(default=None, repr=False, compare=False)
     # Filled in by __post_init__: `stop` always as a list.
     stop_strings: list[str] = field(init=False, repr=False, default_factory=list)
 
