@@ -144,3 +144,16 @@ def test_spec_expected_tokens_matches_a_simulation():
             accepted += 1
         total += accepted + 1  # the target adds one token after the accepted drafts
     assert total / rounds == pytest.approx(spec_expected_tokens(alpha, k), rel=0.02)
+
+
+def test_your_numbers_fills_in_recorded_figures_and_reports_missing_ones(tmp_path, monkeypatch):
+    from lab_utils.drills.yours import your_numbers
+    from lab_utils.results import record
+
+    monkeypatch.setenv("LAB_RESULTS_FILE", str(tmp_path / "results.json"))
+    assert all(not q["found"] and "No " in q["text"] for q in your_numbers())
+    record("03", "continuous over static gain", 2.57, "x", predicted=4.7)
+    asks = {q["key"]: q for q in your_numbers()}
+    assert asks["continuous_gain"]["found"] and "2.57 x" in asks["continuous_gain"]["text"]
+    assert "4.7" in asks["continuous_gain"]["text"] and asks["continuous_gain"]["lab"] == "03"
+    assert not asks["ttft"]["found"] and "labs 05 and 09" in asks["ttft"]["text"]

@@ -55,7 +55,7 @@ class DrillSession:
         verdict = "right" if ok else "not within tolerance"
         shown = "no answer" if given is None else f"{given:.4g}"
         return (f"{verdict}: you said {shown} {drill.unit}; reference {drill.answer:.4g} {drill.unit} "
-                f"(tolerance {drill.tolerance:.0%}), {seconds:.0f} s.\nWorked answer: {drill.explanation}")
+                f"(tolerance {drill.tolerance:.1%}), {seconds:.0f} s.\nWorked answer: {drill.explanation}")
 
     def by_topic(self) -> dict[str, dict]:
         """Per topic: answered, right, accuracy and mean seconds."""
