@@ -163,6 +163,26 @@ class LoadResult:
     summary: LoadSummary
     started_at: float  # time.time() when the run started, to line up with a MetricsSampler
     settings: dict
+    # lab_utils.grading.provenance stamp: run_load produced this object from these records
+    provenance: str | None = None
+
+    def raw_samples(self) -> dict:
+        """Every request's raw timings (what a grader re-derives the summary from)."""
+        return {"settings": self.settings, "started_at": self.started_at,
+                "records": [{"request_id": r.request_id, "start": r.start, "first_token": r.first_token,
+                             "finish": r.finish, "chunk_times": list(r.chunk_times),
+                             "output_tokens": r.output_tokens, "prompt_tokens": r.prompt_tokens,
+                             "error": r.error} for r in self.records]}
+
+    @classmethod
+    def from_raw(cls, raw: dict) -> "LoadResult":
+        """Rebuild records and the summary from `raw_samples()` (how a check re-derives figures)."""
+        recs = [RequestRecord(request_id=d["request_id"], start=d["start"], first_token=d["first_token"],
+                              finish=d["finish"], chunk_times=list(d["chunk_times"]),
+                              output_tokens=d["output_tokens"], prompt_tokens=d["prompt_tokens"],
+                              error=d["error"]) for d in raw["records"]]
+        return cls(recs, summarize(recs, raw["settings"].get("duration_s")), raw["started_at"],
+                   dict(raw["settings"]))
 
     def timeline(self) -> list[dict]:
         """Per-request rows (request_id, start, first_token, finish, output_tokens, error) for plots."""
@@ -316,8 +336,11 @@ async def run_load_async(
     duration = time.perf_counter() - t0
     records.sort(key=lambda r: r.request_id)
     settings = {"num_requests": n, "concurrency": concurrency, "rate": rate, "max_tokens": max_tokens,
-                "temperature": temperature, "endpoint": endpoint, "ignore_eos": ignore_eos, "seed": seed}
-    return LoadResult(records, summarize(records, duration), started_at, settings)
+                "temperature": temperature, "endpoint": endpoint, "ignore_eos": ignore_eos, "seed": seed,
+                "duration_s": duration}
+    from lab_utils.grading.provenance import stamp
+
+    return stamp(LoadResult(records, summarize(records, duration), started_at, settings))
 
 
 def run_load(base_url: str, model: str, prompts: Sequence[str | list[dict]], **kwargs) -> LoadResult:

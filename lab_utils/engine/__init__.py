@@ -12,12 +12,13 @@ loop), `snapshot` (per-step records for the plots). Nothing heavy is imported un
 
 from .config import EngineConfig
 from .llm_engine import LLM, LLMEngine
+from .measure import EngineRun
 from .outputs import CompletionOutput, RequestMetrics, RequestOutput
 from .request import Request, RequestStatus
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from .snapshot import StepSnapshot, to_sim_result
 
-__all__ = ["CompletionOutput", "EngineConfig", "LLM", "LLMEngine", "Request", "RequestMetrics",
+__all__ = ["CompletionOutput", "EngineConfig", "EngineRun", "LLM", "LLMEngine", "Request", "RequestMetrics",
            "RequestOutput", "RequestStatus", "SamplingParams", "Scheduler", "SchedulerConfig",
            "SchedulerOutput", "StepSnapshot", "to_sim_result"]

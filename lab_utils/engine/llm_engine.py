@@ -77,6 +77,7 @@ class LLMEngine:
         self._requests: dict[str, Request] = {}  # live requests, until their last output is returned
         self.request_stats: dict[str, dict] = {}  # per finished request: lengths, times, preemptions
         self.snapshots: list[StepSnapshot] = []
+        self._capture: list[dict] | None = None  # per-step plan records while measure() runs
         self.t0 = time.perf_counter()
 
     # ------------------------------------------------------------------ construction helpers
@@ -203,6 +204,15 @@ class LLMEngine:
             self._retire(self._requests.pop(rid))
         if self.config.record_steps:
             self._record(scheduler_output, runner_output, sorted(finished_ids), t_start, t_sched, t_exec)
+        if self._capture is not None:
+            so = scheduler_output
+            self._capture.append({
+                "step": so.step, "schedule_s": t_sched - t_start, "execute_s": t_exec - t_sched,
+                "update_s": time.perf_counter() - t_exec,
+                "scheduled": {r: int(n) for r, n in so.num_scheduled_tokens.items()},
+                "blocks": {r: len(b) for r, b in so.block_tables.items()},
+                "preempted": list(so.preempted_req_ids),
+                "num_free_blocks": int(getattr(self.kv_cache_manager, "num_free_blocks", 0))})
         return outputs
 
     def _hit_stop_string(self, req: Request) -> bool:
@@ -299,6 +309,39 @@ class LLMEngine:
                 if out.finished and out.request_id in wanted:
                     done[out.request_id] = out
         return [done[i] for i in ids]
+
+    def measure(self, prompts: PromptType | Sequence[PromptType],
+                sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+                label: str = "") -> "EngineRun":
+        """Run prompts like `generate` and return the measured run as a stamped `EngineRun`.
+
+        The run keeps each step's plan (tokens, blocks held, preemptions) and timings and every
+        request's output token ids; `lab_utils.grading.provenance.verify(run)` checks the stamp.
+        """
+        from lab_utils.grading.provenance import stamp
+
+        from .measure import EngineRun
+
+        if self._capture is not None:
+            raise RuntimeError("measure() is already running on this engine")
+        self._capture = []
+        try:
+            t0 = time.perf_counter()
+            outs = self.generate(prompts, sampling_params)
+            wall = time.perf_counter() - t0
+            steps = self._capture
+        finally:
+            self._capture = None
+        sc = self.scheduler.config
+        settings = {"num_blocks": self.num_blocks, "block_size": self.block_size,
+                    "max_num_seqs": int(sc.max_num_seqs), "max_num_batched_tokens": int(sc.max_num_batched_tokens),
+                    "max_model_len": int(sc.max_model_len)}
+        run = EngineRun(label=str(label), settings=settings, request_ids=[o.request_id for o in outs],
+                        prompt_lens=[len(o.prompt_token_ids) for o in outs],
+                        output_token_ids=[list(map(int, o.outputs[0].token_ids)) for o in outs],
+                        wall_s=wall, steps=steps,
+                        free_blocks_after=int(getattr(self.kv_cache_manager, "num_free_blocks", 0)))
+        return stamp(run)
 
     def stream(self, prompts: PromptType | Sequence[PromptType],
                sampling_params: SamplingParams | Sequence[SamplingParams] | None = None

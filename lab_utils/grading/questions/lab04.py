@@ -1,45 +1,122 @@
-"""Lab 04 (the course engine): slots in a paged cache, KV capacity, your own scheduling policy on
-the real engine's scheduler, a forced preemption, and throughput against max_num_seqs."""
+"""Lab 04 (the course engine): slots in a paged cache, KV capacity, a prediction of the blocks each
+request needs, your own scheduling policy on the real engine's scheduler, a forced preemption, and
+throughput against max_num_seqs.
+
+Measured answers (`tight_run`, `sweep_runs`) are `lab_utils.engine.EngineRun` objects returned by
+`LLMEngine.measure`, stamped in that run; the hidden checks verify the stamp and re-derive every
+figure from the per-step records.
+"""
 
 from __future__ import annotations
 
-from lab_utils.grading.registry import question
+import math
 
-# The course model's shape (config.json): 30 layers, 3 KV heads of 64 dims.
-NUM_LAYERS, NUM_KV_HEADS, HEAD_DIM = 30, 3, 64
+from lab_utils.grading.registry import hidden, question, scenario
+
+# The engine's references: the learner's answers may neither be nor call them.
+_SCHEDULERS = ["lab_utils.engine.scheduler:Scheduler.reference_schedule",
+               "lab_utils.sim.scheduler:reference_schedule"]
+_KV_SIZING = ["lab_utils.memory.kv:kv_cache_capacity_tokens", "lab_utils.memory.kv:kv_cache_num_blocks",
+              "lab_utils.memory.kv:kv_cache_block_bytes", "lab_utils.memory.kv:vllm_kv_cache_report",
+              "lab_utils.engine.llama:LlamaConfig.kv_bytes_per_token"]
+_ENGINE_RUN = "lab_utils.engine.measure:EngineRun"
 
 
-@question("04.slot_for", points=2, answers=["slot_for"])
+@scenario("04")
+def _(rng):
+    """Three requests of random token ids for the block prediction and the forced preemption."""
+    return {"block_size": rng.choice([4, 8]),
+            "prompt_lens": [rng.randint(6, 24) for _ in range(3)],
+            "max_tokens": rng.randint(6, 14),
+            "token_seed": rng.randrange(1_000_000)}
+
+
+def _ref_blocks(scen: dict) -> list[int]:
+    bs, m = scen["block_size"], scen["max_tokens"]
+    # the last sampled token's K/V is never written: prompt + max_tokens - 1 tokens live in the cache
+    return [math.ceil((p + m - 1) / bs) for p in scen["prompt_lens"]]
+
+
+# --- 04.slot_for --------------------------------------------------------------------------------
+
+@question("04.slot_for", points=2, answers=["slot_for"],
+          forbid=["lab_utils.engine.model_runner:ModelRunner._slots"])
 def _(slot_for):
     """Where token `position` of a request lives in the flat paged cache, given its block table."""
-    table = [7, 2, 9]
-    cases = [(0, 4, 28), (3, 4, 31), (4, 4, 8), (6, 4, 10), (11, 4, 39), (0, 16, 112), (17, 16, 33)]
-    for pos, bs, want in cases:
-        got = int(slot_for(list(table), pos, bs))
-        assert got == want, (f"block table {table}, block_size {bs}, position {pos}: got slot {got}. "
-                             "Which logical block holds the position, which physical block is that, "
-                             "and where inside it?")
+    got = int(slot_for([7, 2, 9], 0, 4))
+    assert 28 <= got < 32, ("position 0 with block table [7, 2, 9] and 4-token blocks is not in "
+                            "physical block 7: which rows of the flat cache does a block own?")
+    a, b = int(slot_for([7, 2, 9], 4, 4)), int(slot_for([7, 2, 9], 5, 4))
+    assert b == a + 1 and a // 4 == 2, ("consecutive positions inside one logical block should be "
+                                        "neighbouring rows of that block's physical block")
 
 
-@question("04.kv_capacity_tokens", points=2, answers=["kv_capacity_tokens"])
+@hidden("04.slot_for")
+def _(slot_for, rng, scenario):
+    wrong = 0
+    for _ in range(30):
+        bs = rng.choice([1, 2, 4, 8, 16, 128])
+        table = rng.sample(range(500), rng.randint(1, 8))
+        pos = rng.randrange(len(table) * bs)
+        if int(slot_for(list(table), pos, bs)) != table[pos // bs] * bs + pos % bs:
+            wrong += 1
+    assert not wrong, f"wrong on {wrong} of 30 unseen block tables"
+
+
+# --- 04.kv_capacity_tokens ----------------------------------------------------------------------
+
+def _ref_capacity(gib, bs, dbytes, layers, kv_heads, head_dim) -> int:
+    per_block = 2 * layers * kv_heads * head_dim * dbytes * bs
+    return int(int(gib * 2**30) // per_block) * bs
+
+
+@question("04.kv_capacity_tokens", points=2, answers=["kv_capacity_tokens"], forbid=_KV_SIZING)
 def _(kv_capacity_tokens):
-    """Tokens the engine's KV cache holds for the course model: whole blocks only."""
-    for gib, bs, dbytes in [(1.0, 16, 4), (0.5, 16, 2), (0.01, 128, 4), (2.0, 4, 4)]:
-        per_block = 2 * NUM_LAYERS * NUM_KV_HEADS * HEAD_DIM * dbytes * bs
-        want = int(gib * 2**30 // per_block) * bs
-        got = int(kv_capacity_tokens(gib, bs, dbytes))
-        assert got == want, (f"kv_cache_gib={gib}, block_size={bs}, dtype_bytes={dbytes}: got {got} tokens. "
-                             "Count K and V in every layer, KV heads only, then round down to whole blocks.")
+    """Tokens a paged KV cache holds for a model shape: whole blocks only."""
+    a = int(kv_capacity_tokens(1.0, 16, 4, 30, 3, 64))
+    b = int(kv_capacity_tokens(1.0, 16, 2, 30, 3, 64))
+    assert a > 0 and a % 16 == 0, "the cache holds whole blocks: a multiple of the block size"
+    assert 1.9 < b / a < 2.1, "halving the bytes per value should about double the tokens"
 
+
+@hidden("04.kv_capacity_tokens")
+def _(kv_capacity_tokens, rng, scenario):
+    wrong = 0
+    for _ in range(25):
+        args = (rng.choice([0.05, 0.25, 0.5, 1.0, 3.0, 20.0]), rng.choice([4, 16, 32, 128]),
+                rng.choice([1, 2, 4]), rng.randint(2, 80), rng.choice([1, 2, 4, 8]), rng.choice([64, 80, 128]))
+        if int(kv_capacity_tokens(*args)) != _ref_capacity(*args):
+            wrong += 1
+    assert not wrong, f"wrong on {wrong} of 25 unseen model shapes and cache sizes"
+
+
+# --- 04.blocks_needed (predict, then the roomy run measures it) -----------------------------------
+
+@question("04.blocks_needed", points=2, answers=["predicted_blocks"], predict=True)
+def _(predicted_blocks):
+    """Predicted blocks each SCENARIO request holds at its longest (prompt order), before measuring."""
+    got = [int(x) for x in predicted_blocks]
+    assert len(got) >= 1 and all(x >= 1 for x in got), "one positive whole number of blocks per request"
+
+
+@hidden("04.blocks_needed")
+def _(predicted_blocks, rng, scenario):
+    # graded exactly (whole blocks, no tolerance): the reference model is the cache's arithmetic
+    if [int(x) for x in predicted_blocks] != _ref_blocks(scenario):
+        raise AssertionError("the prediction does not match the blocks this seed's requests need: "
+                             "compute it from SCENARIO, counting which tokens' K/V are ever written")
+
+
+# --- 04.my_schedule -----------------------------------------------------------------------------
 
 def _drive(schedule_fn, num_blocks: int, block_size: int, budget: int, max_num_seqs: int,
-           prompts: dict[str, int], max_tokens: int, max_steps: int = 200):
-    """Run a scheduler with `schedule_fn` on fake tokens; returns (plans, scheduler)."""
+           prompts: dict[str, int], max_tokens: int, max_steps: int = 300):
+    """Run a scheduler with `schedule_fn` (None: the reference) on fake tokens; (plans, scheduler)."""
     from lab_utils.engine import Request, SamplingParams, Scheduler, SchedulerConfig
     from lab_utils.kv import KVCacheManager
 
     s = Scheduler(KVCacheManager(num_blocks, block_size, enable_caching=False),
-                  SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=64),
+                  SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=256),
                   schedule_fn=schedule_fn)
     for rid, n in prompts.items():
         s.add_request(Request(rid, list(range(100, 100 + n)), SamplingParams(temperature=0, max_tokens=max_tokens)))
@@ -49,56 +126,115 @@ def _drive(schedule_fn, num_blocks: int, block_size: int, budget: int, max_num_s
             out = s.schedule()
         except RuntimeError as e:
             raise AssertionError(f"step {len(plans) + 1}: the engine refused your plan: {e}") from None
-        plans.append((dict(out.num_scheduled_tokens), list(out.preempted_req_ids)))
+        plans.append(({str(k): int(v) for k, v in out.num_scheduled_tokens.items()}, list(out.preempted_req_ids)))
+        if not out.num_scheduled_tokens:
+            break  # a stall: the plans so far are what the comparison sees
         sampled = {rid: 5 for rid, n in out.num_scheduled_tokens.items()
                    if out.num_computed_tokens[rid] + n == s.requests[rid].num_tokens}
         s.update_from_output(out, sampled)
     return plans, s
 
 
-@question("04.my_schedule", points=3, answers=["my_schedule"])
+@question("04.my_schedule", points=3, answers=["my_schedule"], forbid=_SCHEDULERS)
 def _(my_schedule):
     """A continuous-batching policy that the engine's Scheduler accepts: chunked prefill, preemption."""
-    # 1. Chunked prefill: budget 8, prompts of 6 and 10 tokens.
+    # 1. a token budget smaller than the prompts: chunked prefill, everything finishes, nothing leaks
     plans, s = _drive(my_schedule, 16, 4, 8, 4, {"a": 6, "b": 10}, max_tokens=3)
-    assert plans and {k: int(v) for k, v in plans[0][0].items()} == {"a": 6, "b": 2}, (
-        f"first step with a budget of 8 and prompts of 6 and 10 tokens: you planned {plans[0][0] if plans else {}}; "
-        "admit in arrival order and give the second prompt a chunk of what is left")
+    assert plans and sum(plans[0][0].values()) == 8 and "a" in plans[0][0], (
+        "first step: with a budget smaller than the two prompts, the first request should be served "
+        "and the budget used up (a prompt may be cut into chunks)")
     assert not s.has_unfinished_requests(), "the requests never finished: does every running request get tokens?"
     assert s.kv.num_free_blocks == 16, "blocks were not all returned after the requests finished"
-    # 2. max_num_seqs: three short prompts, room for two.
-    plans, _ = _drive(my_schedule, 16, 4, 64, 2, {"a": 3, "b": 3, "c": 3}, max_tokens=2)
-    assert len(plans[0][0]) == 2, "max_num_seqs=2 but the first step ran a different number of requests"
-    # 3. Preemption: 4 blocks of 4 tokens, two prompts of 7 tokens that grow past 8.
+    # 2. a cache too small for both requests to grow: someone must be preempted, and come back
     plans, s = _drive(my_schedule, 4, 4, 32, 4, {"a": 7, "b": 7}, max_tokens=6)
-    preempting = [p for p in plans if p[1]]
-    assert preempting, "the KV cache ran out but nothing was preempted (use state.preempt_last())"
-    assert preempting[0][1] == ["b"], (f"first preemption took {preempting[0][1]}; preempt the most "
-                                       "recently admitted request, not the oldest")
-    assert "a" in preempting[0][0] and "b" not in preempting[0][0], \
-        "in the preempting step the oldest request should keep decoding and the victim must not run"
+    assert any(p[1] for p in plans), "the KV cache ran out but nothing was preempted"
     assert not s.has_unfinished_requests(), "after a preemption the victim must come back and finish"
     assert s.kv.num_free_blocks == 4, "blocks leaked after preemption"
 
 
-@question("04.preemption", points=2, answers=["preemption_result"])
-def _(preemption_result):
-    """Your forced-preemption run: how many preemptions, and whether greedy outputs stayed identical."""
-    r = dict(preemption_result)
-    assert set(r) >= {"num_preemptions", "outputs_identical", "free_blocks_after", "num_blocks"}, \
-        "a dict with num_preemptions, outputs_identical, free_blocks_after and num_blocks"
-    assert int(r["num_preemptions"]) > 0, "no preemption happened: make the KV cache smaller"
-    assert bool(r["outputs_identical"]) is True, \
-        "recompute must give the same greedy tokens as the roomy run; compare token ids, not text"
-    assert int(r["free_blocks_after"]) == int(r["num_blocks"]), "every block should be free at the end"
+def _random_case(rng) -> dict:
+    bs = rng.choice([2, 4, 8])
+    n = rng.randint(2, 6)
+    prompts = {f"r{i}": rng.randint(1, 30) for i in range(n)}
+    max_tokens = rng.randint(1, 12)
+    need_one = max(math.ceil((p + max_tokens) / bs) for p in prompts.values())
+    return dict(num_blocks=rng.randint(need_one, need_one * n + 2), block_size=bs,
+                budget=rng.choice([4, 8, 16, 64]), max_num_seqs=rng.randint(1, 5),
+                prompts=prompts, max_tokens=max_tokens)
 
 
-@question("04.throughput_vs_batch", points=2, answers=["throughput"])
-def _(throughput):
-    """Output tokens/s you measured for each max_num_seqs (at least three sizes, including 1)."""
+@hidden("04.my_schedule")
+def _(my_schedule, rng, scenario):
+    cases = [_random_case(rng) for _ in range(14)]
+    wrong = 0
+    for case in cases:
+        want, _ = _drive(None, **case)
+        try:
+            got, _ = _drive(my_schedule, **case)
+        except AssertionError:
+            got = None
+        if got != want:
+            wrong += 1
+    assert not wrong, (f"on {wrong} of {len(cases)} unseen workloads your plans differ from vLLM v1's "
+                       "policy at some step (who runs, how many tokens, who is preempted)")
+
+
+# --- 04.preemption (measured) -------------------------------------------------------------------
+
+def _stamped_run(obj, what: str):
+    from lab_utils.engine.measure import EngineRun
+    from lab_utils.grading.provenance import verify
+
+    if not isinstance(obj, EngineRun) or not verify(obj):
+        raise AssertionError(f"{what} must be the EngineRun that engine.measure(...) returned in this "
+                             "run, unchanged; a typed-in or edited value cannot be checked")
+    return obj
+
+
+@question("04.preemption", points=2, answers=["tight_run"])
+def _(tight_run):
+    """Your forced-preemption run: an EngineRun from `engine.measure` on a cache you sized."""
+    run = _stamped_run(tight_run, "tight_run")
+    assert run.num_preemptions > 0, "no preemption happened: how many blocks must the cache lack?"
+    assert run.free_blocks_after == run.settings["num_blocks"], "every block should be free at the end"
+
+
+@hidden("04.preemption")
+def _(tight_run, rng, scenario):
+    run = _stamped_run(tight_run, "tight_run")
+    if list(run.prompt_lens) != list(scenario["prompt_lens"]) or run.settings["block_size"] != scenario["block_size"]:
+        raise AssertionError("tight_run is not a run of this seed's SCENARIO requests")
+    if any(len(t) != scenario["max_tokens"] for t in run.output_token_ids):
+        raise AssertionError("every request should generate max_tokens tokens (ignore_eos)")
+    preempted = sum(len(s["preempted"]) for s in run.steps)  # re-derived from the raw steps
+    if preempted == 0 or run.free_blocks_after != run.settings["num_blocks"]:
+        raise AssertionError("the recorded steps show no preemption, or blocks still held at the end")
+
+
+# --- 04.throughput_vs_batch (measured) ----------------------------------------------------------
+
+@question("04.throughput_vs_batch", points=2, answers=["sweep_runs", "throughput"])
+def _(sweep_runs, throughput):
+    """One EngineRun per max_num_seqs (at least three, including 1), and the tokens/s you derived."""
+    runs = {int(k): _stamped_run(v, f"sweep_runs[{k}]") for k, v in dict(sweep_runs).items()}
+    assert len(runs) >= 3 and 1 in runs, "measure at least three max_num_seqs values, one of them 1"
     t = {int(k): float(v) for k, v in dict(throughput).items()}
-    assert len(t) >= 3 and 1 in t, "measure at least three max_num_seqs values, one of them 1"
+    assert set(t) == set(runs), "one throughput per run, keyed by max_num_seqs"
     assert all(v > 0 for v in t.values()), "throughputs are positive tokens per second"
-    sizes = sorted(t)
-    assert t[sizes[-1]] > t[1], ("the largest batch should beat max_num_seqs=1: one decode step reads "
-                                 "the weights once for every request in the batch")
+
+
+@hidden("04.throughput_vs_batch")
+def _(sweep_runs, throughput, rng, scenario):
+    runs = {int(k): _stamped_run(v, "sweep_runs") for k, v in dict(sweep_runs).items()}
+    t = {int(k): float(v) for k, v in dict(throughput).items()}
+    for b, run in runs.items():
+        if run.settings["max_num_seqs"] != b:
+            raise AssertionError(f"sweep_runs[{b}] ran with a different max_num_seqs")
+        tokens = sum(len(x) for x in run.output_token_ids)  # from the raw samples
+        derived = tokens / run.wall_s
+        if not abs(t[b] - derived) <= 0.02 * derived:
+            raise AssertionError(f"throughput[{b}] is not the output tokens per second of its run")
+    if len({tuple(r.prompt_lens) for r in runs.values()}) != 1:
+        raise AssertionError("every size must run the same workload")
+    if not runs[max(runs)].tokens_per_s > runs[1].tokens_per_s:
+        raise AssertionError("the recorded runs do not show the largest batch beating max_num_seqs=1")
