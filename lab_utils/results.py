@@ -96,7 +96,14 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def measured_table(lab: str, rows, mode: str = "", record_results: bool = True) -> str:
+class MeasuredTable(str):
+    """The table's Markdown; shown once by measured_table, not echoed again as a cell's value."""
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
+def measured_table(lab: str, rows, mode: str = "", record_results: bool = True) -> MeasuredTable:
     """Show (and record) a lab's closing "what you measured" table.
 
     Args:
@@ -111,7 +118,7 @@ def measured_table(lab: str, rows, mode: str = "", record_results: bool = True) 
         lines.append(f"| {quantity} | {_fmt(_plain(predicted))} | {_fmt(_plain(measured))} | {unit or ''} |")
         if record_results:
             record(lab, str(quantity), measured, unit or "", predicted=predicted, mode=mode)
-    text = "\n".join(lines)
+    text = MeasuredTable("\n".join(lines))
     try:
         from IPython import get_ipython
         from IPython.display import Markdown, display
