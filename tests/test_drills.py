@@ -157,3 +157,8 @@ def test_your_numbers_fills_in_recorded_figures_and_reports_missing_ones(tmp_pat
     assert asks["continuous_gain"]["found"] and "2.57 x" in asks["continuous_gain"]["text"]
     assert "4.7" in asks["continuous_gain"]["text"] and asks["continuous_gain"]["lab"] == "03"
     assert not asks["ttft"]["found"] and "labs 05 and 09" in asks["ttft"]["text"]
+    record("11", "continuous over static gain (simulator)", 1.9, "x")  # lab 11's own figure is not an answer
+    record("00", "batch-1 decode speed", 41.5, "tokens/s", predicted=56.0)
+    asks = {q["key"]: q for q in your_numbers()}
+    assert asks["continuous_gain"]["lab"] == "03"
+    assert asks["decode_tokens_per_s"]["lab"] == "00" and "41.5 tokens/s" in asks["decode_tokens_per_s"]["text"]

@@ -17,7 +17,7 @@ class Ask:
 
     key: str
     labs: tuple[str, ...]  # labs that measure it, most likely first
-    words: tuple[str, ...]  # all must appear in the recorded quantity's name (lower case)
+    words: tuple[str, ...]  # each must appear in the quantity's name (lower case); "a|b" accepts either
     template: str  # {value}, {unit}, {predicted}, {lab} are filled in
     missing: str
 
@@ -30,7 +30,7 @@ ASKS = [
         "that grows with the batch (on this CPU a decode step is not free per row), prefill, and the drain "
         "at the end when only the long requests are left.",
         "No continuous-batching gain recorded yet: labs 03 and 04 measure it in their closing tables."),
-    Ask("decode_tokens_per_s", ("04", "05", "00"), ("tok",),
+    Ask("decode_tokens_per_s", ("04", "05", "00"), ("decode|tokens/s",),
         "In lab {lab} you measured {value} {unit}. This CPU reads memory at about 30 GB/s and the course "
         "model's float32 weights are 538 MB: what is the batch-1 bound, and which batch makes it compute-bound "
         "at about 170 GFLOP/s? Place your figure between the two and say what limits it.",
@@ -47,6 +47,11 @@ ASKS = [
         "In lab {lab} prefix caching gave {value} {unit}. With the CPU block of 128 tokens, what shared-prefix "
         "length would have doubled it?",
         "No prefix-cache figure recorded yet: lab 02 measures vLLM's prefix-cache hits."),
+    Ask("dynamic_batch", ("07",), ("average batch",),
+        "In lab {lab} Triton's dynamic batcher formed batches of {value} {unit} on average (you predicted "
+        "{predicted}). With Little's law, how many requests were waiting when each batch formed, and what "
+        "would a longer max_queue_delay_microseconds buy and cost?",
+        "No dynamic-batching figure recorded yet: lab 07 measures Triton's average batch."),
 ]
 
 
@@ -60,11 +65,12 @@ def _fmt(value) -> str:
 
 def find(results: dict, ask: Ask) -> tuple[str, dict] | None:
     """The first recorded entry matching `ask`: (lab, entry), or None."""
-    labs = list(ask.labs) + sorted(lab for lab in results if lab not in ask.labs)
+    labs = list(ask.labs) + sorted(lab for lab in results if lab not in ask.labs and lab != "11")
     for lab in labs:
         for entry in (results.get(lab) or {}).values():
             name = str(entry.get("quantity", "")).lower() if isinstance(entry, dict) else ""
-            if name and all(w in name for w in ask.words) and entry.get("value") is not None:
+            matches = all(any(alt in name for alt in w.split("|")) for w in ask.words)
+            if name and matches and entry.get("value") is not None:
                 return lab, entry
     return None
 
