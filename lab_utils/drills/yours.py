@@ -29,12 +29,12 @@ ASKS = [
         "says 4.7x for that mix. Explain your figure: the spread of your output lengths, the part of a step "
         "that grows with the batch (on this CPU a decode step is not free per row), prefill, and the drain "
         "at the end when only the long requests are left.",
-        "No continuous-batching gain recorded yet: labs 03 and 04 measure it in their closing tables."),
+        "No continuous-batching gain recorded yet: lab 03 measures static against continuous batching."),
     Ask("decode_tokens_per_s", ("04", "05", "00"), ("decode|tokens/s",),
         "In lab {lab} you measured {value} {unit}. This CPU reads memory at about 30 GB/s and the course "
         "model's float32 weights are 538 MB: what is the batch-1 bound, and which batch makes it compute-bound "
         "at about 170 GFLOP/s? Place your figure between the two and say what limits it.",
-        "No decode throughput recorded yet: labs 04 (course engine) and 05 (vLLM) measure it."),
+        "No decode throughput recorded yet: labs 00 (batch 1), 04 (course engine) and 05 (vLLM) measure it."),
     Ask("ttft", ("05", "09", "03"), ("ttft",),
         "In lab {lab} your TTFT was {value} {unit}. How much of it is prefill (2 FLOPs per parameter per prompt "
         "token at this CPU's rate) and how much is queueing? Use Little's law on the load you ran.",
