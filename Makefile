@@ -10,6 +10,8 @@
 #
 # GPU lab machine: `make setup GPU=1` installs requirements/course-gpu.txt (CUDA torch and the
 # official vllm package) instead of requirements/course-cpu.txt.
+#   make gpu-check    on an NVIDIA machine: install the GPU environment, run labs 00-05 in GPU mode,
+#                     print a summary (out/gpu-check/); without a GPU: the checks a CPU can do
 
 PYTHON      ?= python3
 VENV        ?= .venv
@@ -20,7 +22,7 @@ STAMP       := $(VENV)/.installed-$(if $(GPU),gpu,cpu)
 LAB_PORT    ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: setup lab test test-fast labs model venv triton-env test-tools clean-venv
+.PHONY: setup lab test test-fast labs model venv triton-env test-tools clean-venv gpu-check
 
 # Every lab's set-up in CPU mode; idempotent (a second run takes seconds). `python -m lab_utils.setup`
 # reports the same steps, and a lab's setup cell offers to run a missing one from the notebook.
@@ -71,6 +73,12 @@ test: setup test-tools
 
 test-fast: venv
 	$(PY) -m pytest -ra -m "not slow" $(PYTEST_ARGS)
+
+# Any Python starts it: without a GPU it continues in .venv (created if missing); with one it
+# installs the GPU environment itself. GPU_CHECK_ARGS: --budget S, --labs 00,01|all, --skip-install.
+gpu-check:
+	@if [ -x $(PY) ]; then $(PY) scripts/gpu_check.py $(GPU_CHECK_ARGS); \
+	 else $(PYTHON) scripts/gpu_check.py $(GPU_CHECK_ARGS); fi
 
 labs: venv
 	$(PY) -m lab_utils.nbgen --strip

@@ -51,14 +51,14 @@ def test_setup_cell_finder_names_what_is_missing():
     assert setup_cells(nb) == ("BACKEND = 'auto'", "MODE = resolve_backend(BACKEND)")
 
 
-def test_student_copies_share_the_solutions_setup_cells():
-    """The branch test runs solutions only; the generated labs must decide their mode the same way."""
+def test_student_copies_decide_their_mode_too():
+    """The branch test runs solutions only; each generated lab must have its own setup cell too
+    (whether labs/ is up to date with solutions/ is test_nbgen's business)."""
     for sol in SOLUTIONS:
         lab = REPO / "labs" / sol.name
-        if not lab.exists():
-            continue  # a lab being written; test_nbgen reports a missing generated copy
-        assert setup_cells(nbformat.read(str(lab), as_version=4)) == \
-            setup_cells(nbformat.read(str(sol), as_version=4)), sol.name
+        if lab.exists():  # a lab being written may not be generated yet
+            params, setup = setup_cells(nbformat.read(str(lab), as_version=4))
+            assert "BACKEND" in params and "resolve_backend(BACKEND)" in setup, lab.name
 
 
 def test_gpu_requirements_pin_vllm_and_torch():
