@@ -69,7 +69,12 @@ def student_notebook(solution_path: Path):
         if cell.cell_type == "code":
             cell.source = stub_source(cell.source, f"{solution_path.name}, cell {i}")
         cells.append(cell)
-    nb.cells = cells
+    banner = nbformat.v4.new_markdown_cell(
+        f"*This copy was {GENERATED_NOTE.replace('; ', '. Course authors: ')}. Learners: this is your copy; "
+        "work in it.*")
+    banner.metadata["tags"] = ["generated"]
+    banner.id = "generated-banner"  # a fixed id, so regenerating an unchanged lab changes nothing
+    nb.cells = [banner] + cells
     nb.metadata["lab_generated"] = GENERATED_NOTE
     return nb
 

@@ -42,9 +42,9 @@ def test_student_copy_drops_solution_cells_and_outputs(tmp_path):
     path = tmp_path / "09_x.ipynb"
     nbformat.write(nb, str(path))
     student = student_notebook(path)
-    assert [c.cell_type for c in student.cells] == ["markdown", "code"]
-    assert student.cells[1].source == STUB
-    assert student.cells[1].outputs == [] and student.cells[1].execution_count is None
+    assert [c.cell_type for c in student.cells] == ["markdown", "markdown", "code"]  # banner first
+    assert student.cells[2].source == STUB
+    assert student.cells[2].outputs == [] and student.cells[2].execution_count is None
     # random cell ids may contain "42"; look only at what a learner sees
     assert not any("42" in c.source or "only in the solution" in c.source for c in student.cells)
 
@@ -78,3 +78,11 @@ def test_every_lab_has_parameters_and_graded_questions(repo):
         text = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
         for q in qs:
             assert f'check("{q.id}")' in text, f"{path.name}: no public check cell for {q.id}"
+
+
+def test_student_copy_says_it_is_generated(repo):
+    nb = student_notebook(sorted((repo / "solutions").glob("0*.ipynb"))[0])
+    first = nb.cells[0]
+    assert first.cell_type == "markdown" and "generated" in first.metadata.get("tags", [])
+    assert "edit the solution" in first.source
+    assert "labs/*.ipynb linguist-generated" in (repo / ".gitattributes").read_text()
