@@ -27,6 +27,8 @@ if [[ "$REQS" == *cpu* ]]; then
   # No lab needs them, so remove them.
   "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 fi
+NODEPS="$(dirname "$REQS")/course-nodeps.txt"  # packages whose pins would break the environment
+if [ -f "$NODEPS" ]; then "$PY" -m pip install -q --no-deps -r "$NODEPS"; fi
 "$PY" -m pip install -q --no-deps -e .
 "$PY" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (LLM Serving Lab)" >/dev/null
 REQS="$REQS" "$PY" - <<'PY'

@@ -143,3 +143,19 @@ def test_vllm_compose_expands_defaults():
     assert cmd[0] == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.90"
     assert out["services"]["vllm"]["ports"][0].startswith("127.0.0.1:8000:8000")
+
+
+def test_tgi_compose_says_what_a_gpu_machine_needs():
+    svc = _load(DOCKER / "tgi-compose.yml")["services"]["tgi"]
+    assert re.fullmatch(r"ghcr\.io/huggingface/text-generation-inference:\d+\.\d+\.\d+", svc["image"])
+    assert svc["deploy"]["resources"]["reservations"]["devices"] == [
+        {"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
+    assert svc["shm_size"] == "1g" and svc["ports"][0].startswith("127.0.0.1:")
+    assert svc["environment"]["HF_TOKEN"].startswith("${HF_TOKEN:?")
+    assert any(v.endswith(":/data") for v in svc["volumes"])
+    assert "/health" in " ".join(svc["healthcheck"]["test"])
+    cmd = svc["command"]
+    for flag in ("--model-id", "--num-shard", "--max-input-tokens", "--max-total-tokens",
+                 "--max-batch-prefill-tokens", "--max-concurrent-requests", "--waiting-served-ratio",
+                 "--max-waiting-tokens"):
+        assert flag in cmd, flag

@@ -152,6 +152,14 @@ class Service:
         """TGI's StreamResponse events, one per token; the last has generated_text and details."""
         seed = self.seed_for(p)
         job = self.start_job(p, seed)
+        try:
+            async for ev in self._events(p, job, seed):
+                yield ev
+        finally:
+            if job.finished is None:
+                job.cancelled = True  # the client went away: the worker aborts the request
+
+    async def _events(self, p: GenerateParams, job: Job, seed: int | None):
         k = 0
         pending = None
         while True:
