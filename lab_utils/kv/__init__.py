@@ -15,12 +15,13 @@ from .metrics import parse_prometheus, vllm_kv_metrics
 from .request import Request
 from .trace import Frame, TraceRecorder, snapshot
 from .workload import (MemoryTimeline, WorkloadRequest, make_workload, max_concurrent_requests,
+                       never_used_fraction,
                        simulate_contiguous, simulate_paged)
 
 __all__ = [
     "BlockHash", "BlockPool", "ContiguousAllocator", "FreeKVCacheBlockQueue", "KVCacheBlock",
     "KVCacheManager", "MemoryTimeline", "Request", "RequestLike", "Slab", "WorkloadRequest", "cdiv",
-    "hash_block_tokens", "hash_request_blocks", "make_workload", "max_concurrent_requests",
+    "hash_block_tokens", "hash_request_blocks", "make_workload", "max_concurrent_requests", "never_used_fraction",
     "simulate_contiguous", "simulate_paged", "Frame", "TraceRecorder", "snapshot",
     "parse_prometheus", "vllm_kv_metrics",
 ]

@@ -6,12 +6,15 @@ to compute in this step). The simulator then advances the clock by the step's co
 every request. A learner's own schedule function with the same signature plugs into
 `simulate(..., schedule_fn=...)`.
 
-NOTE on the algorithm: as in vLLM there is no separate "prefill phase". Every request just has
-`num_tokens` (prompt + tokens generated so far) and `num_computed_tokens` (tokens whose KV is
-in the cache); a step computes some of the difference. A request whose difference is exactly one
-token, after its first output, is decoding. Decodes are scheduled first, so a running request
-never stalls behind a long prompt (Sarathi-Serve / vLLM's chunked-prefill policy); the rest of
-the token budget goes to prompt chunks, then to newly admitted requests.
+NOTE on the algorithm (vLLM v1's, the same as the course engine's `lab_utils/engine/scheduler.py`):
+there is no separate "prefill phase". Every request just has `num_tokens` (prompt + tokens
+generated so far) and `num_computed_tokens` (tokens whose KV is in the cache); a step computes some
+of the difference, out of ONE token budget shared by everyone. The running requests are served
+first, in the order they were admitted: a decode takes 1 token, a request still in its prompt takes
+a chunk of what is left of the budget (chunked prefill). Then waiting requests are admitted, first
+come first served, while budget, sequence slots and KV blocks last. There is no "decodes first"
+rule (that was vLLM v0's): a running decode is never starved anyway, because a prompt that gets only
+part of the budget is always the last request admitted, so everything before it fits first.
 """
 
 from __future__ import annotations
@@ -167,41 +170,37 @@ class SchedulerState:
 
 
 def reference_schedule(state: SchedulerState) -> SchedulerOutput:
-    """Plan one continuous-batching step: decodes, then prompt chunks, then admissions.
+    """Plan one continuous-batching step as vLLM v1 does: running requests in order, then waiting ones.
 
-    1. every decoding request gets 1 token; if its KV block cannot be allocated, preempt the
-       last running request (possibly itself) until it fits;
-    2. running requests still in prefill get a chunk of what is left of the token budget;
-    3. if nobody was preempted, admit waiting requests (FIFO) while there is budget, a free
+    1. running requests, oldest admission first, each get `min(tokens left to compute, budget
+       left)` (1 for a decode, a chunk for a prompt); when a request's KV blocks cannot be
+       allocated, preempt the last running request (possibly itself) until they fit; a request
+       that preempted itself ends the pass;
+    2. if nobody was preempted, admit waiting requests (FIFO) while there is budget, a free
        sequence slot (`max_num_seqs`) and KV room; without chunked prefill a prompt must fit whole.
     """
     cfg = state.config
     out = SchedulerOutput()
     scheduled = out.num_scheduled_tokens
+    budget = cfg.max_num_batched_tokens
 
-    def allocate_or_preempt(req: SimRequest, num_new: int) -> bool:
+    i = 0
+    while i < len(state.running) and budget > 0:
+        req = state.running[i]
+        num_new = min(req.num_tokens - req.num_computed_tokens, budget)
         while state.kv.allocate_slots(req, num_new) is None:
+            # the victim is the most recently admitted request: it sits at or after position i,
+            # so nothing already in this plan is undone
             victim = state.preempt_last()
             out.preempted_req_ids.append(victim.request_id)
-            # a victim already planned for this step (a decode) is taken out of the plan again
-            scheduled.pop(victim.request_id, None)
             if victim is req:
-                return False
-        return True
-
-    for req in [r for r in state.running if r.is_decoding]:
-        if req in state.running and allocate_or_preempt(req, 1):
-            scheduled[req.request_id] = 1
-    for req in [r for r in state.running if not r.is_decoding]:
-        budget = cfg.max_num_batched_tokens - sum(scheduled.values())
-        if budget <= 0:
-            break
-        if req not in state.running:
-            continue
-        num_new = min(req.num_tokens - req.num_computed_tokens, budget)
-        if allocate_or_preempt(req, num_new):
+                break
+        else:
             scheduled[req.request_id] = num_new
-    budget = cfg.max_num_batched_tokens - sum(scheduled.values())
+            budget -= num_new
+            i += 1
+            continue
+        break  # the request preempted itself: KV is full
     if out.preempted_req_ids:
         return out  # KV is short: admitting now would only cause more preemptions
     while state.waiting and budget > 0 and len(state.running) < cfg.max_num_seqs:

@@ -1,0 +1,399 @@
+"""Labs 02 and 03's graded questions, without running the notebooks.
+
+Solution-like answers (written here, not imported from lab_utils) must earn full marks under two
+seeds; wrong-but-plausible answers, lookup tables of the public cases, the known bypasses
+(`my_schedule = reference_schedule`, a wrapper calling it, None, a hand-written measurement) and the
+memorised submission must not.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+
+from lab_utils.grading import lab_scenario, questions_for, score_graded
+from lab_utils.grading.memorise import memorised_answers
+
+SEEDS = (3, 11)
+
+
+# --- lab 02: solution-like answers ---------------------------------------------------------------
+
+def contiguous_waste(workload):
+    reserved = sum(r.prompt_len + r.max_tokens for r in workload)
+    return sum(r.max_tokens - r.output_len for r in workload) / reserved
+
+
+class PagedBlockManager:
+    def __init__(self, num_blocks, block_size):
+        self.block_size = block_size
+        self.free_queue = deque(range(num_blocks))
+        self.ref_cnt = [0] * num_blocks
+        self.block_tables = {}
+        self.num_tokens = {}
+
+    @property
+    def num_free_blocks(self):
+        return len(self.free_queue)
+
+    def allocate(self, request_id, num_tokens):
+        needed = -(-num_tokens // self.block_size)
+        if needed > len(self.free_queue):
+            return None
+        blocks = [self.free_queue.popleft() for _ in range(needed)]
+        for b in blocks:
+            self.ref_cnt[b] += 1
+        self.block_tables[request_id] = blocks
+        self.num_tokens[request_id] = num_tokens
+        return blocks
+
+    def append(self, request_id):
+        n = self.num_tokens[request_id]
+        new = []
+        if n % self.block_size == 0:
+            if not self.free_queue:
+                return None
+            new = [self.free_queue.popleft()]
+            self.ref_cnt[new[0]] += 1
+            self.block_tables[request_id].append(new[0])
+        self.num_tokens[request_id] = n + 1
+        return new
+
+    def free(self, request_id):
+        for b in reversed(self.block_tables.pop(request_id)):
+            self.ref_cnt[b] -= 1
+            if self.ref_cnt[b] == 0:
+                self.free_queue.append(b)
+        del self.num_tokens[request_id]
+
+
+class ForkingBlockManager(PagedBlockManager):
+    def __init__(self, num_blocks, block_size):
+        super().__init__(num_blocks, block_size)
+        self.copies = []
+
+    def fork(self, parent_id, child_id):
+        table = list(self.block_tables[parent_id])
+        for b in table:
+            self.ref_cnt[b] += 1
+        self.block_tables[child_id] = table
+        self.num_tokens[child_id] = self.num_tokens[parent_id]
+
+    def append(self, request_id):
+        table = self.block_tables[request_id]
+        n = self.num_tokens[request_id]
+        if n % self.block_size != 0 and self.ref_cnt[table[-1]] > 1:
+            if not self.free_queue:
+                return None
+            old, new = table[-1], self.free_queue.popleft()
+            self.ref_cnt[new] += 1
+            self.ref_cnt[old] -= 1
+            table[-1] = new
+            self.copies.append((old, new))
+            self.num_tokens[request_id] = n + 1
+            return [new]
+        return super().append(request_id)
+
+
+def cached_prefix_blocks(token_ids, block_size, cached):
+    from lab_utils.kv import hash_block_tokens
+
+    hits, parent = [], None
+    for i in range((len(token_ids) - 1) // block_size if token_ids else 0):
+        parent = hash_block_tokens(parent, token_ids[i * block_size:(i + 1) * block_size])
+        if parent not in cached:
+            break
+        hits.append(cached[parent])
+    return hits
+
+
+def max_concurrent(prompt_len, output_len, max_tokens, capacity_tokens, block_size):
+    return (capacity_tokens // (prompt_len + max_tokens),
+            (capacity_tokens // block_size) // -(-(prompt_len + output_len) // block_size))
+
+
+def predicted_prefix_hits(shared, n, block_size):
+    return (n - 1) * (shared // block_size) * block_size
+
+
+def lab02_answers(seed: int) -> dict:
+    s = lab_scenario("02", seed)
+    return {
+        "contiguous_waste": contiguous_waste, "PagedBlockManager": PagedBlockManager,
+        "ForkingBlockManager": ForkingBlockManager, "cached_prefix_blocks": cached_prefix_blocks,
+        "max_concurrent": max_concurrent, "predicted_prefix_hits": predicted_prefix_hits,
+        "PREDICTED_BLOCKS_SAVED": (len(s["user_tokens"]) - 1) * (s["system_prompt_tokens"] // s["block_size"]),
+    }
+
+
+# --- lab 03: solution-like answers ---------------------------------------------------------------
+
+def static_slot_utilisation(lens):
+    return sum(lens) / (len(lens) * max(lens))
+
+
+def my_schedule(state):
+    from lab_utils.sim import SchedulerOutput
+
+    cfg, plan = state.config, SchedulerOutput()
+    tokens, budget, i = plan.num_scheduled_tokens, cfg.max_num_batched_tokens, 0
+    while i < len(state.running) and budget > 0:
+        req = state.running[i]
+        n = min(req.num_tokens - req.num_computed_tokens, budget)
+        stop = False
+        while state.kv.allocate_slots(req, n) is None:
+            victim = state.preempt_last()
+            plan.preempted_req_ids.append(victim.request_id)
+            if victim is req:
+                stop = True
+                break
+        if stop:
+            break
+        tokens[req.request_id] = n
+        budget -= n
+        i += 1
+    if plan.preempted_req_ids:
+        return plan
+    while state.waiting and budget > 0 and len(state.running) < cfg.max_num_seqs:
+        req = state.waiting[0]
+        n = req.num_tokens - req.num_computed_tokens
+        if n > budget and not cfg.enable_chunked_prefill:
+            break
+        n = min(n, budget)
+        if state.kv.allocate_slots(req, n) is None:
+            break
+        state.admit(req)
+        tokens[req.request_id] = n
+        budget -= n
+    return plan
+
+
+def decodes_first_schedule(state):
+    """vLLM v0's order (decodes, then prompt chunks) with a bug: it admits even after a preemption."""
+    from lab_utils.sim import SchedulerOutput
+
+    cfg, plan = state.config, SchedulerOutput()
+    tokens = plan.num_scheduled_tokens
+    for req in [r for r in state.running if r.is_decoding]:
+        if req in state.running:
+            while state.kv.allocate_slots(req, 1) is None:
+                victim = state.preempt_last()
+                plan.preempted_req_ids.append(victim.request_id)
+                tokens.pop(victim.request_id, None)
+                if victim is req:
+                    break
+            else:
+                tokens[req.request_id] = 1
+    for req in [r for r in state.running if not r.is_decoding]:
+        left = cfg.max_num_batched_tokens - sum(tokens.values())
+        if left > 0 and req in state.running:
+            n = min(req.num_tokens - req.num_computed_tokens, left)
+            if state.kv.allocate_slots(req, n) is not None:
+                tokens[req.request_id] = n
+    while state.waiting and len(state.running) < cfg.max_num_seqs:
+        left = cfg.max_num_batched_tokens - sum(tokens.values())
+        req = state.waiting[0]
+        n = min(req.num_tokens - req.num_computed_tokens, left)
+        if left <= 0 or state.kv.allocate_slots(req, n) is None:
+            break
+        state.admit(req)
+        tokens[req.request_id] = n
+    return plan
+
+
+def goodput_rps(requests, ttft_slo, tpot_slo):
+    good = sum(1 for a, f, e, n in requests if f - a <= ttft_slo and (n < 2 or (e - f) / (n - 1) <= tpot_slo))
+    return good / (max(r[2] for r in requests) - min(r[0] for r in requests))
+
+
+def relative_error(predicted, measured):
+    return (predicted - measured) / measured
+
+
+def _batcher_choice(s: dict) -> tuple[int, list[int]]:
+    from lab_utils.grading.questions.lab03 import TRITON_GRID, batcher_outcome
+
+    outcomes = [(batcher_outcome(s, d, p), p, d) for p, d in TRITON_GRID]
+    (_, _), p, d = min(((o, p, d) for o, p, d in outcomes if o[1] >= s["triton_min_mean_batch"]),
+                       key=lambda t: t[0][0])
+    return d, list(p)
+
+
+def lab03_answers(seed: int) -> dict:
+    from lab_utils.sim import StepCostModel, fixed_workload
+    from lab_utils.sim.measure import measure_batching_gain
+
+    s = lab_scenario("03", seed)
+    B, S, L = s["batch_size"], s["short_len"], s["long_len"]
+    f, p, P = s["fixed_ms"], s["per_token_ms"], s["prompt_len"]
+    prefill = f + p * B * P
+    gain = (prefill + (L - 1) * (f + p * B)) / (prefill + (S - 1) * (f + p * B) + (L - S) * (f + p))
+    lens = [S] * (B - 1) + [L]
+    delay, preferred = _batcher_choice(s)
+    return {
+        "static_slot_utilisation": static_slot_utilisation,
+        "RATIO_SAME_MIX": B * L / sum(lens),
+        "RATIO_SHORT_QUEUE_REQUESTS": ((B - 1) * (L // S) + 1) / B,
+        "RATIO_SHORT_QUEUE_TOKENS": B * L / sum(lens),
+        "PREDICTED_NO_QUEUE_GAIN": gain,
+        "MEASURED_GAIN": measure_batching_gain(fixed_workload([P] * B, lens), B,
+                                               StepCostModel(fixed_s=f / 1e3, per_token_s=p / 1e3)),
+        "my_schedule": my_schedule, "goodput_rps": goodput_rps,
+        "MAX_QUEUE_DELAY_US": delay, "PREFERRED_BATCH_SIZE": preferred,
+        "relative_error": relative_error,
+    }
+
+
+ANSWERS = {"02": lab02_answers, "03": lab03_answers}
+
+
+def _total(lab: str, answers: dict, seed: int) -> tuple[float, float]:
+    results = [score_graded(q, answers, seed) for q in questions_for(lab)]
+    return sum(r.earned for r in results), sum(r.points for r in results)
+
+
+# --- full marks under two seeds ------------------------------------------------------------------
+
+@pytest.mark.parametrize("lab", ["02", "03"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_solution_like_answers_earn_full_marks(lab, seed):
+    answers = ANSWERS[lab](seed)
+    for q in questions_for(lab):
+        r = score_graded(q, answers, seed)
+        assert r.earned == r.points, (q.id, r.status, r.message)
+
+
+def test_every_question_has_a_hidden_part_and_each_lab_a_prediction():
+    for lab in ("02", "03"):
+        qs = questions_for(lab)
+        assert all(q.hidden is not None for q in qs)
+        assert any(q.predict for q in qs)
+
+
+def test_scenarios_differ_between_seeds():
+    for lab in ("02", "03"):
+        assert lab_scenario(lab, SEEDS[0]) != lab_scenario(lab, SEEDS[1])
+
+
+# --- wrong but plausible -------------------------------------------------------------------------
+
+def _graded(qid: str, answers: dict, seed: int = SEEDS[0]):
+    from lab_utils.grading import get
+
+    return score_graded(get(qid), answers, seed)
+
+
+def test_wrong_but_plausible_answers_fail():
+    a2, a3 = lab02_answers(SEEDS[0]), lab03_answers(SEEDS[0])
+    # waste counted over the tokens still to come, not over the slab
+    assert _graded("02.contiguous_waste", {**a2, "contiguous_waste": lambda wl: sum(
+        r.max_tokens - r.output_len for r in wl) / sum(r.max_tokens for r in wl)}).earned == 0
+
+    class FrontFree(PagedBlockManager):  # freed blocks rejoin the front (LIFO reuse)
+        def free(self, request_id):
+            for b in self.block_tables.pop(request_id):
+                self.ref_cnt[b] -= 1
+                if self.ref_cnt[b] == 0:
+                    self.free_queue.appendleft(b)
+            del self.num_tokens[request_id]
+    assert _graded("02.free", {"PagedBlockManager": FrontFree}).earned == 0
+
+    def unchained(token_ids, block_size, cached):  # looks every block up, not the chain
+        from lab_utils.kv import hash_block_tokens
+        hits = []
+        for i in range((len(token_ids) - 1) // block_size):
+            h = hash_block_tokens(None, token_ids[i * block_size:(i + 1) * block_size])
+            if h not in cached:
+                break
+            hits.append(cached[h])
+        return hits
+    assert _graded("02.prefix_lookup", {"cached_prefix_blocks": unchained}).earned < 3
+
+    # every user saves the whole system prompt, partial block included
+    s = lab_scenario("02", SEEDS[0])
+    wrong = (len(s["user_tokens"]) - 1) * -(-s["system_prompt_tokens"] // s["block_size"])
+    if s["system_prompt_tokens"] % s["block_size"]:
+        assert _graded("02.prefix_saving", {"PREDICTED_BLOCKS_SAVED": wrong}).earned == 0
+
+    # padding rows treated as free: the "no queue" gain of 1x
+    assert _graded("03.predict_gain", {"PREDICTED_NO_QUEUE_GAIN": 1.0}, SEEDS[0]).earned == 0
+    assert _graded("03.continuous_step", {"my_schedule": decodes_first_schedule}).earned < 4
+    assert _graded("03.static_utilisation", {"static_slot_utilisation": lambda lens: sum(lens) / (
+        len(lens) * (max(lens) + 1))}).earned == 0
+    assert _graded("03.goodput", {"goodput_rps": lambda reqs, t, p: sum(
+        1 for a, f, e, n in reqs if f - a <= t) / (max(r[2] for r in reqs) - min(r[0] for r in reqs))}).earned < 2
+    assert a3  # built without error
+
+
+# --- lookup tables of the public cases -----------------------------------------------------------
+
+@pytest.mark.parametrize("lab", ["02", "03"])
+def test_lookup_tables_of_public_cases_fail_hidden(lab):
+    answers = ANSWERS[lab](SEEDS[0])
+    memo = memorised_answers(lab, answers)
+    for q in questions_for(lab):
+        names = [n for n in q.answers if callable(answers[n]) and not isinstance(answers[n], type)]
+        if not names:
+            continue
+        graded = score_graded(q, memo, SEEDS[1])
+        assert graded.earned == 0, (q.id, graded.message)  # a table answers the public cases only
+
+
+@pytest.mark.parametrize("lab", ["02", "03"])
+def test_memorised_submission_scores_at_most_a_quarter(lab):
+    memo = memorised_answers(lab, ANSWERS[lab](SEEDS[0]))
+    earned, possible = _total(lab, memo, SEEDS[1])
+    assert earned <= 0.25 * possible, (earned, possible)
+
+
+# --- known bypasses --------------------------------------------------------------------------------
+
+def test_reference_schedule_under_the_answers_name_scores_zero():
+    from lab_utils.sim import reference_schedule
+
+    r = _graded("03.continuous_step", {"my_schedule": reference_schedule})
+    assert r.earned == 0 and r.status == "uses the reference"
+
+
+def test_a_wrapper_calling_the_reference_scores_zero():
+    from lab_utils.sim import reference_schedule
+    from lab_utils.sim import scheduler as sim_scheduler
+
+    def my_schedule(state):
+        return reference_schedule(state)
+
+    def via_module(state):
+        return sim_scheduler.reference_schedule(state)
+
+    for fn in (my_schedule, via_module):
+        r = _graded("03.continuous_step", {"my_schedule": fn})
+        assert r.earned == 0 and r.status == "uses the reference", r
+
+
+def test_reference_kv_manager_and_helpers_score_zero():
+    from lab_utils.kv.workload import max_concurrent_requests, never_used_fraction
+
+    assert _graded("02.contiguous_waste", {"contiguous_waste": never_used_fraction}).earned == 0
+    wrapped = {"max_concurrent": lambda *a: tuple(max_concurrent_requests(*a).values())}
+    assert _graded("02.max_concurrent", wrapped).earned == 0
+
+
+def test_none_answers_score_zero():
+    for lab in ("02", "03"):
+        answers = {name: None for q in questions_for(lab) for name in q.answers}
+        assert _total(lab, answers, SEEDS[0])[0] == 0
+
+
+def test_hand_written_measurement_scores_zero():
+    real = lab03_answers(SEEDS[0])["MEASURED_GAIN"]
+    typed = {"batch_size": real.batch_size, "static": real.static, "continuous": real.continuous}
+    assert _graded("03.measured_gain", {"MEASURED_GAIN": typed}).earned == 0
+    forged = type(real)(real.batch_size, real.static, [[s[0], s[1], s[2] * 0.5] for s in real.continuous])
+    forged.provenance = real.provenance  # a real stamp on edited samples
+    assert _graded("03.measured_gain", {"MEASURED_GAIN": forged}).earned == 0
+
+
+def test_a_measurement_of_another_scenario_scores_zero():
+    other = lab03_answers(SEEDS[1])["MEASURED_GAIN"]
+    assert _graded("03.measured_gain", {"MEASURED_GAIN": other}, SEEDS[0]).earned == 0
