@@ -1,55 +1,194 @@
-"""Lab 00 (setup): questions that exercise the whole grading path on the course model."""
+"""Lab 00 (setup): the course model's shape, what a chat prompt costs, decoding, a bandwidth bound.
+
+Public checks run one or two fixed cases; the hidden checks re-run the learner's functions on
+configs, conversations and token sequences drawn from the grader's seed, and re-derive the decode
+prediction from the stamped bandwidth measurement of the run.
+"""
 
 from __future__ import annotations
 
-import json
+import functools
+import math
 
-from lab_utils.grading.registry import question
+from lab_utils.grading.registry import hidden, question, scenario
 
-
-def _config() -> dict:
-    from lab_utils.models import course_model_path
-
-    return json.loads((course_model_path() / "config.json").read_text())
-
-
-@question("00.queries_per_kv_head", points=1, answers=["queries_per_kv_head"])
-def _(queries_per_kv_head):
-    """How many query heads share one KV head in the course model (grouped-query attention)."""
-    cfg = _config()
-    expected = cfg["num_attention_heads"] // cfg["num_key_value_heads"]
-    value = float(queries_per_kv_head)
-    assert value == int(value), "a whole number: query heads divided by key/value heads"
-    assert int(value) == expected, "read num_attention_heads and num_key_value_heads in config.json"
+# Questions a learner's scenario asks the course model, and short conversations to count.
+_QUESTIONS = ["What is the capital of France?", "What is the capital of Italy?",
+              "What is the capital of Japan?", "Name the largest planet in the solar system.",
+              "How many legs does a spider have?", "What colour is the sky on a clear day?"]
+_SYSTEMS = ["You are terse.", "You are a helpful assistant.", "Answer in one word.",
+            "You explain things to engineers."]
+_WORDS = ("serving batching cache token latency GPU memory throughput prefill decode request queue "
+          "kernel block model replica router budget").split()
+# How far the decode prediction may be from the reference (the same measured bandwidth, the
+# model's float32 weight bytes): the learner may count the weights slightly differently.
+PREDICT_RTOL = 0.03
 
 
-@question("00.count_chat_tokens", points=2, answers=["count_chat_tokens"])
-def _(count_chat_tokens):
-    """A function counting the tokens the model really sees for a chat, template included."""
+def _sentence(rng, lo: int = 2, hi: int = 9) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(lo, hi))).capitalize() + "?"
+
+
+def _conversation(rng) -> list[dict]:
+    messages = []
+    if rng.random() < 0.5:
+        messages.append({"role": "system", "content": rng.choice(_SYSTEMS)})
+    for turn in range(rng.randint(1, 3)):
+        if turn:
+            messages.append({"role": "assistant", "content": _sentence(rng).rstrip("?") + "."})
+        messages.append({"role": "user", "content": _sentence(rng)})
+    return messages
+
+
+@scenario("00")
+def _(rng):
+    return {"question": rng.choice(_QUESTIONS), "conversation": _conversation(rng)}
+
+
+@functools.lru_cache(maxsize=1)
+def _tokenizer():
     from transformers import AutoTokenizer
 
     from lab_utils.models import course_model_path
 
-    tok = AutoTokenizer.from_pretrained(course_model_path())
-    cases = [
-        [{"role": "user", "content": "Hi"}],
-        [{"role": "system", "content": "You are terse."},
-         {"role": "user", "content": "Name three serving frameworks."}],
-    ]
-    for messages in cases:
-        want = len(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                           return_dict=True)["input_ids"])
-        got = int(count_chat_tokens(tok, messages))
-        bare = len(tok(messages[-1]["content"])["input_ids"])
-        assert got != bare, "count the whole templated prompt, not only the user's text"
-        assert got == want, ("include the chat template's role markers and the generation prompt "
-                             "(add_generation_prompt=True)")
+    return AutoTokenizer.from_pretrained(course_model_path())
 
 
-@question("00.capital_answer", points=1, answers=["capital_answer"])
-def _(capital_answer):
-    """The course model's greedy answer to the capital-of-France question."""
-    text = str(capital_answer)
-    assert text.strip(), "store the decoded answer text (a non-empty string)"
-    assert "<|im_start|>" not in text, "decode only the new tokens, without the prompt or its template"
-    assert "paris" in text.lower(), "generate greedily (do_sample=False) from the chat-templated prompt"
+def _templated_len(tok, messages) -> int:
+    return len(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                       return_dict=True)["input_ids"])
+
+
+# --- 00.queries_per_kv_head ------------------------------------------------------------------
+
+def _group(cfg: dict) -> int:
+    heads = cfg["num_attention_heads"]
+    return heads // (cfg.get("num_key_value_heads") or heads)
+
+
+@question("00.queries_per_kv_head", points=1, answers=["queries_per_kv_head"])
+def _(queries_per_kv_head):
+    """A function: query heads sharing one KV head, from a config dict."""
+    got = queries_per_kv_head({"num_attention_heads": 12, "num_key_value_heads": 4, "hidden_size": 768})
+    assert float(got) == int(float(got)), "a whole number of query heads per KV head"
+    assert int(got) != 4, "that is the number of KV heads, not how many query heads share each one"
+    assert int(got) == 3, "compare the two head counts in the config"
+    got = queries_per_kv_head({"num_attention_heads": 16, "hidden_size": 1024})
+    assert int(got) == 1, ("a config without num_key_value_heads is plain multi-head attention: "
+                           "every query head has its own key/value head")
+
+
+@hidden("00.queries_per_kv_head")
+def _(queries_per_kv_head, rng, scenario):
+    from lab_utils.drills.shapes import MODELS
+
+    cases = [{"num_attention_heads": s.num_attention_heads, "num_key_value_heads": s.num_kv_heads,
+              "hidden_size": s.hidden_size} for s in MODELS.values()]
+    for _ in range(12):
+        kv = rng.choice([1, 2, 4, 8])
+        cfg = {"num_attention_heads": kv * rng.choice([1, 2, 3, 4, 7, 8]), "hidden_size": 64 * rng.randint(4, 64)}
+        if rng.random() < 0.8:
+            cfg["num_key_value_heads"] = kv
+        cases.append(cfg)
+    wrong = sum(int(queries_per_kv_head(dict(c))) != _group(c) for c in cases)
+    assert not wrong, f"wrong on {wrong} of {len(cases)} unseen configs"
+
+
+# --- 00.count_chat_tokens --------------------------------------------------------------------
+
+@question("00.count_chat_tokens", points=2, answers=["count_chat_tokens", "scenario_prompt_tokens"])
+def _(count_chat_tokens, scenario_prompt_tokens):
+    """A function counting the tokens the model really sees for a chat, and its value on SCENARIO."""
+    tok = _tokenizer()
+    messages = [{"role": "user", "content": "Hi"}]
+    got = int(count_chat_tokens(tok, messages))
+    assert got != len(tok("Hi")["input_ids"]), "count the whole templated prompt, not only the user's text"
+    assert got == _templated_len(tok, messages), \
+        "the model also sees the template's role markers and the prompt that opens the assistant's turn"
+    two = messages + [{"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Hi"}]
+    assert int(count_chat_tokens(tok, two)) > got, "a longer conversation costs more tokens"
+    n = float(scenario_prompt_tokens)
+    assert n == int(n) and n > 0, "scenario_prompt_tokens: a positive whole number of tokens"
+
+
+@hidden("00.count_chat_tokens")
+def _(count_chat_tokens, scenario_prompt_tokens, rng, scenario):
+    tok = _tokenizer()
+    cases = [_conversation(rng) for _ in range(8)]
+    wrong = sum(int(count_chat_tokens(tok, m)) != _templated_len(tok, m) for m in cases)
+    assert not wrong, f"count_chat_tokens is wrong on {wrong} of {len(cases)} unseen conversations"
+    assert int(float(scenario_prompt_tokens)) == _templated_len(tok, scenario["conversation"]), \
+        "scenario_prompt_tokens is not the count for this run's SCENARIO conversation"
+
+
+# --- 00.new_text -----------------------------------------------------------------------------
+
+def _reference_new_text(tok, prompt_ids, output_ids) -> str:
+    return tok.decode(list(output_ids)[len(prompt_ids):], skip_special_tokens=True)
+
+
+def _ids_case(tok, rng):
+    special = [tok.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>")]
+    words = [rng.choice(_WORDS) for _ in range(rng.randint(2, 8))]
+    prompt = special[:1] + tok(" ".join(words))["input_ids"] + special[1:]
+    reply = tok(" " + _sentence(rng))["input_ids"]
+    out = prompt + reply + ([special[1]] if rng.random() < 0.7 else [])
+    return prompt, out
+
+
+@question("00.new_text", points=1, answers=["new_text"])
+def _(new_text):
+    """A function: the text of the generated tokens only, without the prompt or special tokens."""
+    tok = _tokenizer()
+    prompt = tok("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")["input_ids"]
+    out = prompt + tok("Hello there.")["input_ids"] + [tok.convert_tokens_to_ids("<|im_end|>")]
+    text = str(new_text(tok, list(prompt), list(out)))
+    assert "user" not in text and "Hi\n" not in text, "decode only what came after the prompt"
+    assert "<|im_end|>" not in text, "leave out the special tokens the template and the model emit"
+    assert text.strip() == "Hello there.", "decode the new tokens into plain text"
+
+
+@hidden("00.new_text")
+def _(new_text, rng, scenario):
+    tok = _tokenizer()
+    cases = [_ids_case(tok, rng) for _ in range(8)]
+    wrong = sum(str(new_text(tok, list(p), list(o))).strip() != _reference_new_text(tok, p, o).strip()
+                for p, o in cases)
+    assert not wrong, f"wrong on {wrong} of {len(cases)} unseen token sequences"
+
+
+# --- 00.decode_prediction (predict, then measure) --------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _course_weight_bytes() -> int:
+    from lab_utils.memory import ModelSpec
+    from lab_utils.models import course_model_path
+
+    return ModelSpec.from_hf_config(course_model_path()).num_params * 4  # float32
+
+
+@question("00.decode_prediction", points=2, answers=["predicted_tokens_per_s", "bandwidth"],
+          forbid=["lab_utils.drills.calc:batch1_decode_tokens_per_s"], predict=True)
+def _(predicted_tokens_per_s, bandwidth):
+    """Predicted batch-1 decode tokens/s from the measured read bandwidth and the weight bytes."""
+    from lab_utils.grading.provenance import verify
+
+    assert verify(bandwidth), ("`bandwidth` must be the object measure_read_bandwidth() returned in this run, "
+                               "unchanged")
+    p = float(predicted_tokens_per_s)
+    assert math.isfinite(p) and p > 0, "a positive number of tokens per second"
+    bw = float(bandwidth.bytes_per_s)
+    assert p < bw / 1e6, "a decode step reads every weight: hundreds of MB, not bytes, per token"
+    assert p > bw / 1e10, "the course model's weights are well under a GB per copy"
+
+
+@hidden("00.decode_prediction")
+def _(predicted_tokens_per_s, bandwidth, rng, scenario):
+    from lab_utils.grading.provenance import verify
+    from lab_utils.hostperf import bandwidth_from_samples
+
+    assert verify(bandwidth), "the bandwidth object was not produced by this run's measurement"
+    want = bandwidth_from_samples(bandwidth.raw_samples()) / _course_weight_bytes()
+    got = float(predicted_tokens_per_s)
+    assert abs(got - want) <= PREDICT_RTOL * want, \
+        f"the prediction is more than {PREDICT_RTOL:.0%} away from the bound of the measured bandwidth"

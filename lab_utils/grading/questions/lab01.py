@@ -1,143 +1,303 @@
-"""Lab 01 — GPU memory math and provisioning: graded questions.
+"""Lab 01 — GPU memory math, parallelism, decode and prefill limits: graded questions.
 
-Every check runs the learner's function on small, fixed cases and compares with numbers computed
-here from first principles (never with the learner's own objects). Hints say what to count,
-never the number.
+The scenario draws a real model shape (lab_utils.drills.shapes, copied from the Hub configs), a
+catalogue GPU (lab_utils.memory.GPUS), precisions, a workload and the settings of the lab's real
+vLLM run. Public checks try one or two fixed cases; hidden checks re-run each function on cases
+drawn from the grader's seed and recompute every value answer from the grader's scenario. The
+references below are written here, independently of the library code the notebook teaches with.
 """
 
 from __future__ import annotations
 
 import math
 
-from lab_utils.grading.registry import question
+from lab_utils.grading.registry import hidden, question, scenario
 
 GiB = 1 << 30
+# SmolLM2-135M (the model the lab starts in vLLM): layers, KV heads, head_dim
+SMOL_KV = (30, 3, 64)
+# stated in the lab: the vLLM prediction must match to this relative tolerance
+VLLM_RTOL = 0.005
 
-# (layers, kv_heads, head_dim) of the three shapes the lab uses
-SHAPES = {"SmolLM2-135M": (30, 3, 64), "Llama-3-8B": (32, 8, 128), "Llama-3-70B": (80, 8, 128)}
+
+def _model_dict(spec) -> dict:
+    return {"name": spec.name, "num_layers": spec.num_layers, "hidden_size": spec.hidden_size,
+            "num_attention_heads": spec.num_attention_heads, "num_kv_heads": spec.num_kv_heads,
+            "head_dim": spec.head_dim, "intermediate_size": spec.intermediate_size,
+            "vocab_size": spec.vocab_size, "max_position_embeddings": spec.max_position_embeddings,
+            "attention_bias": spec.attention_bias}
 
 
-def _kv(layers: int, kv_heads: int, head_dim: int, nbytes: int) -> int:
+@scenario("01")
+def _(rng):
+    from lab_utils.drills.shapes import MODELS
+
+    spec = MODELS[rng.choice(sorted(MODELS))]
+    return {
+        "model": _model_dict(spec),
+        "gpu": rng.choice(["L4", "L40S", "A100-40GB", "A100-80GB", "H100-80GB", "H200"]),
+        "weights": rng.choice(["bfloat16", "fp8"]),
+        "kv_cache_dtype": rng.choice(["bfloat16", "fp8"]),
+        "concurrent_requests": rng.choice([8, 16, 32, 64]),
+        "context_tokens": rng.choice([4096, 8192, 16384]),
+        "gpu_memory_utilization": 0.9,
+        "reserve_gib": rng.choice([2.0, 3.0, 4.0]),  # activations + CUDA context per GPU
+        "gpus_per_node": 8,
+        "prompt_tokens": rng.choice([1024, 2048, 4096, 8192]),
+        "mfu": rng.choice([0.3, 0.4, 0.5]),
+        "ttft_parallel": list(rng.choice([(1, 1), (2, 1), (4, 1), (2, 2), (1, 4), (8, 1), (4, 2)])),
+        "spec_alpha": rng.choice([0.5, 0.6, 0.7, 0.8, 0.9]),
+        "spec_k": rng.choice([2, 3, 4, 5, 7]),
+        "draft_cost_ratio": rng.choice([0.02, 0.05, 0.1, 0.2]),
+        "vllm": {"kv_cache_gib": rng.choice([1, 2]), "dtype": "float32", "block_size": 128,
+                 "max_model_len": rng.choice([n for n in range(1000, 4001, 50) if n % 128])},
+    }
+
+
+def _spec(scen: dict):
+    from lab_utils.memory import ModelSpec
+
+    return ModelSpec(**scen["model"])
+
+
+def _nbytes(dtype: str) -> int:
+    return {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "int8": 1}[dtype]
+
+
+# --- references (independent of lab_utils.memory / lab_utils.drills.calc) ----------------------
+
+def _kv(layers, kv_heads, head_dim, nbytes) -> int:
     return 2 * layers * kv_heads * head_dim * nbytes
 
 
-@question("01.kv_bytes_per_token", points=2, answers=["kv_bytes_per_token"])
+def _capacity(kv_bytes, per_token, block, max_len):
+    blocks = int(kv_bytes) // (block * per_token)
+    need = -(-max_len // block)
+    if blocks - 1 < need:
+        return None
+    conc = blocks / need
+    return int(conc * max_len), conc
+
+
+def _plan(total, usable, heads, kv_heads, per_node=8):
+    degrees = [t for t in range(1, per_node + 1) if heads % t == 0 and kv_heads % t == 0]
+    for t in degrees:
+        if total / t <= usable:
+            return t, 1
+    t = degrees[-1]
+    return t, math.ceil(total / (t * usable))
+
+
+def _decode(batch, weights, kv_seq, flops_seq, bw, peak):
+    mem = (weights + batch * kv_seq) / bw
+    comp = batch * flops_seq / peak
+    return batch / max(mem, comp), ("memory" if mem >= comp else "compute")
+
+
+def _expected(alpha, k):
+    return float(k + 1) if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def _ttft(params, prompt, tflops, mfu, tp, pp):
+    return 2 * params * prompt / (tp * tflops * 1e12 * mfu)
+
+
+def _close(a, b, rtol=1e-6) -> bool:
+    return math.isclose(float(a), float(b), rel_tol=rtol, abs_tol=1e-12)
+
+
+def _frac_wrong(n_wrong: int, n: int, what: str = "unseen cases") -> None:
+    assert not n_wrong, f"wrong on {n_wrong} of {n} {what}"
+
+
+# --- 01.kv_bytes_per_token -------------------------------------------------------------------
+
+@question("01.kv_bytes_per_token", points=2, answers=["kv_bytes_per_token"],
+          forbid=["lab_utils.memory.kv:kv_cache_bytes_per_token"])
 def _(kv_bytes_per_token):
     """KV-cache bytes one token occupies, from layers, KV heads, head_dim and bytes per element."""
     got = int(kv_bytes_per_token(1, 1, 1, 1))
-    assert got != 1, "a token stores two vectors per layer and KV head: a key AND a value"
-    assert got == 2, "for one layer, one KV head of size 1 at 1 byte, a token needs exactly 2 bytes"
-    assert int(kv_bytes_per_token(32, 8, 128, 2)) != 2 * 32 * 32 * 128 * 2, \
-        "count KV heads (num_key_value_heads), not query heads: that is what grouped-query attention saves"
-    for layers, heads, dim in SHAPES.values():
-        for nbytes in (1, 2, 4):
-            assert int(kv_bytes_per_token(layers, heads, dim, nbytes)) == _kv(layers, heads, dim, nbytes), \
-                "multiply layers, KV heads, head_dim, bytes per element, and K plus V"
+    assert got != 1, "a token stores two vectors per layer and KV head"
+    assert got == 2, "one layer, one KV head of size 1, 1 byte each: count what a token stores"
+    big = int(kv_bytes_per_token(32, 8, 128, 2))
+    assert big != _kv(32, 32, 128, 2), "count the key/value heads, not the query heads"
+    assert big == _kv(32, 8, 128, 2), "every layer stores its own keys and values for every KV head"
 
 
-@question("01.kv_per_token_models", points=1, answers=["kv_per_token"])
-def _(kv_per_token):
-    """bfloat16 KV bytes per token for the SmolLM2, Llama-3-8B-shaped and Llama-3-70B-shaped configs."""
-    table = {str(k): int(v) for k, v in dict(kv_per_token).items()}
-    missing = [name for name in SHAPES if name not in table]
-    assert not missing, f"kv_per_token needs the keys {list(SHAPES)}; missing {missing}"
-    for name, (layers, heads, dim) in SHAPES.items():
-        want = _kv(layers, heads, dim, 2)
-        assert table[name] != want * 2, f"{name}: bfloat16 is 2 bytes per element, not 4"
-        assert table[name] == want, f"{name}: read num_hidden_layers, num_key_value_heads and head_dim " \
-                                    "(hidden_size // num_attention_heads) from its config"
+@hidden("01.kv_bytes_per_token")
+def _(kv_bytes_per_token, rng, scenario):
+    cases = [(rng.randint(1, 96), rng.choice([1, 2, 4, 8, 16]), rng.choice([64, 80, 96, 128, 256]),
+              rng.choice([1, 2, 4])) for _ in range(20)]
+    _frac_wrong(sum(int(kv_bytes_per_token(*c)) != _kv(*c) for c in cases), len(cases))
 
 
-@question("01.kv_cache_left", points=1, answers=["kv_cache_left_gib"])
-def _(kv_cache_left_gib):
-    """GiB per GPU left for KV cache after weights (split by TP), activations and overhead."""
-    cases = [((80, 0.9, 16, 1, 1.5, 1), 72 - 16 - 2.5), ((80, 0.9, 140, 1, 1.5, 2), 72 - 70 - 2.5),
-             ((24, 0.5, 2, 0.5, 0.5, 1), 12 - 3), ((80, 1.0, 140, 1, 1.5, 4), 80 - 35 - 2.5)]
-    for args, want in cases:
-        got = float(kv_cache_left_gib(*args))
-        if args[-1] > 1 and math.isclose(got, args[0] * args[1] - args[2] - args[3] - args[4], abs_tol=1e-6):
-            raise AssertionError("with tensor parallelism each GPU holds only its share of the weights")
-        if math.isclose(got, args[0] - args[2] / args[-1] - args[3] - args[4], abs_tol=1e-6) and args[1] != 1:
-            raise AssertionError("vLLM's budget is gpu_memory_utilization x total, not the whole GPU")
-        assert math.isclose(got, want, abs_tol=1e-6), \
-            "budget = utilization x total; subtract this GPU's weights, activations and overhead"
+# --- 01.vllm_capacity (predict, then vLLM measures) ------------------------------------------
+
+@question("01.vllm_capacity", points=3, answers=["vllm_capacity", "predicted_vllm"],
+          forbid=["lab_utils.memory.kv:vllm_kv_cache_report", "lab_utils.memory.kv:kv_cache_num_blocks",
+                  "lab_utils.memory.kv:kv_cache_capacity_tokens"], predict=True)
+def _(vllm_capacity, predicted_vllm):
+    """vLLM's logged (KV tokens, max concurrency), or None when it refuses; and the prediction for SCENARIO."""
+    got = vllm_capacity(GiB, 46_080, 128, 2000)
+    assert got is not None, "1 GiB holds many 2,000-token requests of this model: vLLM starts"
+    tokens, conc = got
+    assert float(conc) > 1, "several requests fit at once"
+    assert int(tokens) != GiB // 46_080, "vLLM hands out whole blocks; a partial block is never used"
+    assert int(tokens) == _capacity(GiB, 46_080, 128, 2000)[0], \
+        "the logged size is the concurrency times max_model_len, where a request occupies whole blocks"
+    assert vllm_capacity(GiB, 46_080, 128, 32_768) is None, \
+        "return None when one request of max_model_len cannot fit (remember the block vLLM keeps back)"
+    tokens, conc = predicted_vllm
+    assert int(tokens) > 0 and float(conc) > 0, \
+        "predicted_vllm: (KV cache tokens, max concurrency) for SCENARIO['vllm'] with the course model"
 
 
-@question("01.vllm_capacity", points=2, answers=["vllm_capacity"])
-def _(vllm_capacity):
-    """vLLM's logged KV cache size (tokens) and maximum concurrency for a KV cache of a given size."""
-    block = 128 * 46_080
-    cases = [(GiB, 46_080, 128, 8192), (GiB, 46_080, 128, 2000), (GiB, 23_040, 128, 8192),
-             (10 * block + block // 2, 46_080, 128, 1000), (7_000_000, 100, 16, 40)]
-    for kv, per_token, bs, max_len in cases:
-        blocks = kv // (bs * per_token)
-        conc = blocks / -(-max_len // bs)
-        tokens, concurrency = vllm_capacity(kv, per_token, bs, max_len)
-        if int(tokens) == kv // per_token and int(tokens) != int(conc * max_len):
-            raise AssertionError("vLLM hands out whole blocks of block_size tokens; a partial block is never used")
-        if math.isclose(float(concurrency), blocks * bs / max_len, rel_tol=1e-9) and max_len % bs:
-            raise AssertionError("each request occupies whole blocks: ceil(max_model_len / block_size) of them")
-        assert math.isclose(float(concurrency), conc, rel_tol=1e-9), \
-            "concurrency = whole blocks / blocks one request of max_model_len needs"
-        assert int(tokens) == int(conc * max_len), \
-            "vLLM logs int(max_concurrency x max_model_len) as its KV cache size in tokens"
+@hidden("01.vllm_capacity")
+def _(vllm_capacity, predicted_vllm, rng, scenario):
+    wrong, n = 0, 24
+    for i in range(n):
+        per_token = _kv(rng.randint(2, 80), rng.choice([1, 2, 4, 8]), rng.choice([64, 128]), rng.choice([1, 2, 4]))
+        block = rng.choice([16, 32, 128])
+        max_len = rng.randint(100, 20_000)
+        need = -(-max_len // block)
+        if i % 4 == 0:  # right at the edge: exactly the request's blocks, or one more (the null block)
+            blocks = need + rng.choice([0, 1])
+        else:
+            blocks = rng.randint(max(1, need // 2), need * 40)
+        kv = blocks * block * per_token + rng.randrange(block * per_token)
+        want, got = _capacity(kv, per_token, block, max_len), vllm_capacity(kv, per_token, block, max_len)
+        if want is None or got is None:
+            wrong += (want is None) != (got is None)
+        else:
+            wrong += int(got[0]) != want[0] or not _close(got[1], want[1], 1e-9)
+    _frac_wrong(wrong, n)
+    v = scenario["vllm"]
+    want = _capacity(v["kv_cache_gib"] * GiB, _kv(*SMOL_KV, _nbytes(v["dtype"])), v["block_size"], v["max_model_len"])
+    tokens, conc = predicted_vllm
+    assert _close(tokens, want[0], VLLM_RTOL) and _close(conc, want[1], VLLM_RTOL), \
+        "predicted_vllm is not what vLLM reports for this run's SCENARIO['vllm'] settings"
 
 
-@question("01.vllm_refuses", points=1, answers=["vllm_refuses"])
-def _(vllm_refuses):
-    """Whether vLLM refuses to start because one request of max_model_len does not fit."""
-    block = 128 * 46_080
-    cases = [(65 * block, 64), (65 * block - 1, 64), (64 * block, 64), (GiB, 64), (128 << 20, 64),
-             (3 * block, 1), (2 * block, 2)]
-    for kv, blocks_needed in cases:
-        refuse = kv // block - 1 < blocks_needed
-        got = bool(vllm_refuses(kv, 46_080, 128, blocks_needed * 128))
-        if got != refuse and kv // block == blocks_needed:
-            raise AssertionError("the block pool keeps one 'null' block back that no request can use")
-        assert got == refuse, "refuse when the usable whole blocks cannot hold one request of max_model_len"
+# --- 01.parallel_plan ------------------------------------------------------------------------
+
+@question("01.parallel_plan", points=3, answers=["parallel_plan", "scenario_plan"],
+          forbid=["lab_utils.drills.calc:gpus_needed", "lab_utils.drills.calc:valid_tp_degrees"])
+def _(parallel_plan, scenario_plan):
+    """(tensor-parallel, pipeline-parallel) degrees for a memory need; and the plan for SCENARIO."""
+    tp, pp = map(int, parallel_plan(100.0, 70.0, 64, 8))
+    assert pp == 1, "one node can hold this: stay within tensor parallelism"
+    assert tp != 1, "100 GiB does not fit in 70 GiB"
+    assert tp == 2, "the smallest degree that fits and that the heads allow"
+    tp, pp = map(int, parallel_plan(900.0, 60.0, 64, 8))
+    assert tp <= 8, "tensor parallelism stays inside one node (NVLink): at most gpus_per_node"
+    assert tp * pp * 60.0 >= 900.0, "all the GPUs together must hold the weights and the KV cache"
+    assert (tp, pp) == _plan(900.0, 60.0, 64, 8), "past one node, add pipeline stages, as few as fit"
+    tp, pp = map(int, scenario_plan)
+    assert tp >= 1 and pp >= 1, "scenario_plan: (tp, pp) for SCENARIO, two positive whole numbers"
 
 
-@question("01.seed_kv_fix", points=2, answers=["fixed_kv_cache_gib", "seed_kv_error_factor"])
-def _(fixed_kv_cache_gib, seed_kv_error_factor):
-    """A corrected KV estimate (GiB) for the helper found online, and how far off the original was."""
-    for layers, heads, dim in SHAPES.values():
-        for batch, seq, nbytes in ((32, 4096, 2), (1, 8192, 2), (4, 1000, 1)):
-            want = _kv(layers, heads, dim, nbytes) * batch * seq / GiB
-            got = float(fixed_kv_cache_gib(layers, heads, dim, nbytes, batch, seq))
-            assert not math.isclose(got, want * 1.073741824, rel_tol=1e-3), "return GiB (2**30 bytes), not GB"
-            assert math.isclose(got, want, rel_tol=1e-6), \
-                "KV bytes per token x batch x sequence length, converted to GiB"
-    factor = float(seed_kv_error_factor)
-    assert factor > 1, "divide the seed's estimate by the correct one (it overestimates)"
-    assert 10_000 <= factor <= 12_000, ("compare the seed's kv_cache_gb with the correct value for the "
-                                        "same 70B model, batch 32 and 4096 tokens")
+@hidden("01.parallel_plan")
+def _(parallel_plan, scenario_plan, rng, scenario):
+    from lab_utils.drills.shapes import MODELS
+
+    shapes = [(s.num_attention_heads, s.num_kv_heads) for s in MODELS.values()] + \
+        [(28, 4), (40, 8), (32, 32), (12, 4), (9, 3), (16, 2), (48, 6)]
+    wrong, n = 0, 24
+    for _ in range(n):
+        heads, kv = rng.choice(shapes)
+        usable = rng.choice([14.0, 20.0, 39.0, 66.0, 70.0, 125.0])
+        total = usable * rng.uniform(0.3, 30.0)
+        wrong += tuple(map(int, parallel_plan(total, usable, heads, kv))) != _plan(total, usable, heads, kv)
+    _frac_wrong(wrong, n)
+    from lab_utils.memory import GPUS, weight_bytes
+
+    spec, s = _spec(scenario), scenario
+    total = (weight_bytes(spec, s["weights"]) + s["concurrent_requests"] * s["context_tokens"] *
+             _kv(spec.num_layers, spec.num_kv_heads, spec.head_dim, _nbytes(s["kv_cache_dtype"]))) / GiB
+    usable = s["gpu_memory_utilization"] * GPUS[s["gpu"]].memory_bytes / GiB - s["reserve_gib"]
+    ok = {_plan(total * f, usable, spec.num_attention_heads, spec.num_kv_heads, s["gpus_per_node"])
+          for f in (1 - 1e-9, 1.0, 1 + 1e-9)}
+    assert tuple(map(int, scenario_plan)) in ok, "scenario_plan is not the plan for this run's SCENARIO"
 
 
-@question("01.gpus_needed", points=2, answers=["gpus_needed"])
-def _(gpus_needed):
-    """GPU count: round up, then up again to a tensor-parallel degree that divides the heads."""
-    cases = [((100, 80, 0.9, 64), 2), ((144, 80, 0.9, 64), 2), ((60, 80, 0.9, 64), 1),
-             ((150, 80, 0.9, 64), 4), ((50, 24, 0.9, 9), 3), ((80, 24, 0.9, 9), 9), ((300, 80, 0.9, 40), 5)]
-    for args, want in cases:
-        got = int(gpus_needed(*args))
-        raw = args[0] / (args[1] * args[2])
-        if got == max(1, int(raw)) and got != want:
-            raise AssertionError("int() rounds DOWN: 1.4 GPUs' worth of memory needs 2 GPUs")
-        if got == math.ceil(raw) and got != want:
-            raise AssertionError("vLLM needs tensor_parallel_size to divide the number of attention heads")
-        assert got == want, "smallest count that holds the memory AND divides the attention heads"
+# --- 01.decode_roofline ----------------------------------------------------------------------
+
+@question("01.decode_roofline", points=2, answers=["decode_step"],
+          forbid=["lab_utils.memory.recommend:decode_tokens_per_s", "lab_utils.drills.calc:ridge_point",
+                  "lab_utils.drills.calc:critical_batch"])
+def _(decode_step):
+    """Decode tokens/s of one step and which roof limits it ("memory" or "compute")."""
+    rate, bound = decode_step(1, 16e9, 1e8, 16e9, 3.35e12, 989e12)
+    assert str(bound) == "memory", "at batch 1 each weight byte read does very little arithmetic"
+    assert _close(rate, _decode(1, 16e9, 1e8, 16e9, 3.35e12, 989e12)[0]), \
+        "one step reads the weights once plus each sequence's KV cache"
+    rate2, bound2 = decode_step(4096, 1e9, 0.0, 2e9, 1e12, 1e14)
+    assert str(bound2) == "compute", "with a huge batch and no KV reads the arithmetic dominates"
+    assert float(rate2) > float(decode_step(2048, 1e9, 0.0, 2e9, 1e12, 1e14)[0]) * 0.99, \
+        "more sequences per step never lowers tokens/s in this model"
 
 
-@question("01.decode_roofline", points=2, answers=["decode_tokens_per_s"])
-def _(decode_tokens_per_s):
-    """Memory-bound decode throughput: batch / (bytes read per step / bandwidth)."""
-    cases = [(1, 16e9, 0, 3.35e12), (64, 16e9, 0.5e9, 3.35e12), (8, 140e9, 2e9, 2e12), (256, 1e9, 1e6, 1e12)]
-    for batch, weights, kv_seq, bw in cases:
-        want = batch * bw / (weights + batch * kv_seq)
-        got = float(decode_tokens_per_s(batch, weights, kv_seq, bw))
-        if math.isclose(got, bw / (weights + batch * kv_seq), rel_tol=1e-6) and batch > 1:
-            raise AssertionError("one step produces one token for EVERY sequence in the batch")
-        if math.isclose(got, batch * bw / (batch * (weights + kv_seq)), rel_tol=1e-6) and batch > 1:
-            raise AssertionError("the weights are read once per step and shared by the whole batch")
-        assert math.isclose(got, want, rel_tol=1e-6), \
-            "a step reads all weights once plus every sequence's KV cache; tokens/s = batch / step time"
+@hidden("01.decode_roofline")
+def _(decode_step, rng, scenario):
+    wrong, n = 0, 24
+    for _ in range(n):
+        args = (rng.choice([1, 2, 8, 32, 128, 512, 2048]), rng.uniform(0.3e9, 150e9), rng.uniform(0, 4e9),
+                rng.uniform(0.3e9, 150e9), rng.uniform(0.3e12, 8e12), rng.uniform(50e12, 2.5e15))
+        rate, bound = decode_step(*args)
+        want_rate, want_bound = _decode(*args)
+        wrong += not _close(rate, want_rate) or str(bound) != want_bound
+    _frac_wrong(wrong, n)
+
+
+# --- 01.spec_decode --------------------------------------------------------------------------
+
+@question("01.spec_decode", points=2, answers=["expected_tokens_per_pass", "scenario_spec_speedup"],
+          forbid=["lab_utils.drills.calc:spec_expected_tokens", "lab_utils.drills.calc:spec_speedup"])
+def _(expected_tokens_per_pass, scenario_spec_speedup):
+    """Expected tokens per target pass with k drafts accepted with probability alpha; SCENARIO's speed-up."""
+    assert _close(expected_tokens_per_pass(0.0, 4), 1.0), \
+        "even when every draft is rejected, the target's own pass still yields a token"
+    assert _close(expected_tokens_per_pass(0.5, 1), _expected(0.5, 1)), \
+        "a draft counts only if every draft before it was accepted too"
+    assert float(expected_tokens_per_pass(0.8, 5)) > float(expected_tokens_per_pass(0.8, 2)), \
+        "more drafts can only add expected tokens"
+    s = float(scenario_spec_speedup)
+    assert math.isfinite(s) and 0 < s < 10, "scenario_spec_speedup: a ratio of tokens per unit time"
+
+
+@hidden("01.spec_decode")
+def _(expected_tokens_per_pass, scenario_spec_speedup, rng, scenario):
+    cases = [(round(rng.uniform(0.05, 0.98), 3), rng.randint(1, 10)) for _ in range(16)] + [(1.0, rng.randint(2, 8))]
+    _frac_wrong(sum(not _close(expected_tokens_per_pass(a, k), _expected(a, k)) for a, k in cases), len(cases))
+    s = scenario
+    want = _expected(s["spec_alpha"], s["spec_k"]) / (1 + s["spec_k"] * s["draft_cost_ratio"])
+    assert _close(scenario_spec_speedup, want, 1e-3), \
+        "scenario_spec_speedup is not the speed-up for this run's SCENARIO (alpha, k, draft cost)"
+
+
+# --- 01.prefill_ttft -------------------------------------------------------------------------
+
+@question("01.prefill_ttft", points=2, answers=["prefill_ttft_s", "scenario_ttft_s"],
+          forbid=["lab_utils.drills.calc:prefill_ttft_s"])
+def _(prefill_ttft_s, scenario_ttft_s):
+    """Compute-bound prefill time on tp x pp GPUs; and SCENARIO's TTFT."""
+    one = float(prefill_ttft_s(8e9, 4096, 989, 0.5, 1, 1))
+    assert _close(one, _ttft(8e9, 4096, 989, 0.5, 1, 1)), \
+        "count the FLOPs a prompt costs (per parameter, per token) and divide by the FLOP/s really reached"
+    assert _close(prefill_ttft_s(8e9, 4096, 989, 0.5, 1, 4), one), \
+        "pipeline stages run one after another for a single prompt: they add GPUs, not speed, here"
+    t = float(scenario_ttft_s)
+    assert math.isfinite(t) and t > 0, "scenario_ttft_s: seconds, positive"
+
+
+@hidden("01.prefill_ttft")
+def _(prefill_ttft_s, scenario_ttft_s, rng, scenario):
+    cases = [(rng.uniform(0.1e9, 400e9), rng.randint(16, 32_768), rng.choice([121, 312, 362, 989, 2250]),
+              rng.uniform(0.2, 0.7), rng.choice([1, 2, 4, 8]), rng.choice([1, 2, 4])) for _ in range(16)]
+    _frac_wrong(sum(not _close(prefill_ttft_s(*c), _ttft(*c)) for c in cases), len(cases))
+    from lab_utils.memory import GPUS
+
+    s = scenario
+    tp, pp = s["ttft_parallel"]
+    want = _ttft(_spec(s).num_params, s["prompt_tokens"], GPUS[s["gpu"]].bf16_tflops, s["mfu"], tp, pp)
+    assert _close(scenario_ttft_s, want, 1e-3), "scenario_ttft_s is not the TTFT for this run's SCENARIO"

@@ -1,0 +1,72 @@
+"""How fast this machine reads memory: the number a batch-1 decode bound is built on.
+
+A decode step at batch 1 reads every weight once. Its speed limit is therefore the memory read
+bandwidth of the device the weights sit in, divided by the bytes of the weights. Datasheet
+figures (a GPU's HBM, a server's DDR channels) are peaks; this module measures what torch really
+reads here, so lab 00 can build its bound on a figure from the same run.
+
+    bw = measure_read_bandwidth()          # stamped: the grader re-derives the figure from it
+    bw.bytes_per_s                         # best of the repeats, bytes per second
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .grading.provenance import stamp
+
+
+@dataclass
+class ReadBandwidth:
+    """Timings of summing one large float32 tensor (each pass reads every byte once)."""
+
+    nbytes: int  # bytes read per pass
+    seconds: list[float]  # wall time of each timed pass
+    device: str  # "cpu" or "cuda"
+    threads: int  # torch intra-op threads during the passes
+    provenance: str = ""  # set by stamp(): proof the figures came from this run
+
+    def raw_samples(self) -> dict:
+        return {"nbytes": self.nbytes, "seconds": list(self.seconds), "device": self.device,
+                "threads": self.threads}
+
+    @property
+    def bytes_per_s(self) -> float:
+        """Read bandwidth of the fastest pass (bytes/s): the least disturbed by other work."""
+        return bandwidth_from_samples(self.raw_samples())
+
+
+def bandwidth_from_samples(samples: dict) -> float:
+    """Bytes per second from raw samples: bytes read per pass over the fastest pass."""
+    return float(samples["nbytes"]) / min(float(s) for s in samples["seconds"])
+
+
+def measure_read_bandwidth(megabytes: int = 256, repeats: int = 7, device: str = "cpu") -> ReadBandwidth:
+    """Measure memory read bandwidth with torch: time `tensor.sum()` over `megabytes` of float32.
+
+    The tensor is several times larger than any CPU cache, so each pass streams from DRAM (or HBM
+    on a GPU). One warm-up pass is not timed.
+    """
+    import torch
+
+    if isinstance(megabytes, bool) or not isinstance(megabytes, int) or megabytes < 16:
+        raise ValueError(f"megabytes must be a whole number >= 16 (bigger than the caches), got {megabytes!r}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be a positive whole number, got {repeats!r}")
+    n = megabytes * (1 << 20) // 4
+    x = torch.ones(n, dtype=torch.float32, device=device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    x.sum()
+    sync()
+    seconds = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        x.sum()
+        sync()
+        seconds.append(time.perf_counter() - t0)
+    result = ReadBandwidth(nbytes=x.numel() * x.element_size(), seconds=seconds,
+                           device="cuda" if device.startswith("cuda") else "cpu",
+                           threads=torch.get_num_threads())
+    del x
+    return stamp(result)
