@@ -20,6 +20,8 @@ __all__ = ["Frame", "TraceRecorder", "snapshot", "request_colours", "plot_block_
            "plot_memory_grid", "plot_frame", "plot_trace", "trace_stepper", "show_trace",
            "plot_utilisation"]
 
+# CSS class on the stepper's outer box in the page, so a browser test can find it
+STEPPER_CLASS = "lab-block-stepper"
 _FREE = "#ffffff"
 _CACHED = "#e6e6e6"
 _SHARED_EDGE = "#111111"
@@ -196,7 +198,9 @@ def trace_stepper(frames: Sequence[Frame], ncols: int | None = None):
 
     slider.observe(draw, names="value")
     draw()
-    return widgets.VBox([widgets.HBox([play, slider]), out])
+    box = widgets.VBox([widgets.HBox([play, slider]), out])
+    box.add_class(STEPPER_CLASS)  # a stable hook for the browser test (tests/test_browser.py)
+    return box
 
 
 def _widget_front_end() -> bool:

@@ -248,6 +248,7 @@ def explorer_figure(policy: str = "continuous", batch_size: int = 8, load: float
     return plot_timeline(result, ax=ax, axis=axis, label_requests=False, max_slots=32, title=title)
 
 
+EXPLORER_CLASS = "lab-timeline-explorer"  # CSS class on the explorer's outer box in the page
 EXPLORER_DPI = 72  # the widget's image: 10 inches = 720 pixels wide; more dots cost more milliseconds per update
 
 
@@ -350,7 +351,9 @@ def timeline_explorer(make_workload: Callable[[float], list] | None = None, cost
     for w in (policy, batch, load):
         w.observe(redraw, names="value")
     redraw()
-    return widgets.VBox([widgets.HBox([policy, batch, load]), summary, image])
+    box = widgets.VBox([widgets.HBox([policy, batch, load]), summary, image])
+    box.add_class(EXPLORER_CLASS)  # a stable hook for the browser test (tests/test_browser.py)
+    return box
 
 
 def _static_grid(make_workload, cost):
