@@ -8,7 +8,10 @@ Continuous batching has two engines with the same semantics. With `schedule_fn` 
 `reference_schedule` or a learner's) every step calls the readable scheduler of `scheduler.py`.
 Without it, a fast event-driven loop computes the same plan without touching every decoding
 request at every step: a decoding request's progress is implied by the step counter, so only
-its block-boundary and finish steps are events. tests/test_sim.py checks that both agree.
+its block-boundary and finish steps are events. It serves the decoding requests before the one
+still in its prompt; that is the same plan as vLLM v1's in-order pass of `reference_schedule`,
+because a request that got only part of the budget is always the last one admitted.
+tests/test_sim.py checks that both engines agree.
 """
 
 from __future__ import annotations
