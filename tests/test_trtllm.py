@@ -1,0 +1,221 @@
+"""lab_utils.trtllm: option-file schema, legacy flag mapping, memory planning, quantizers; the
+Triton TensorRT-LLM backend config; the trtllm-serve launcher's refusal without a GPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lab_utils.memory import ModelSpec, kv_cache_bytes_per_token, weight_bytes
+from lab_utils.trtllm import (OptionsError, concurrent_sequences, legacy_to_llm_api, plan_memory,
+                              validate_options, weight_bytes_in)
+from lab_utils.trtllm.plan import nvfp4_matrix_bytes
+
+LLAMA3_8B = ModelSpec("llama-3-8b", 32, 4096, 32, 8, 128, 14336, 128256, max_position_embeddings=8192)
+
+
+# -- option files ---------------------------------------------------------------------------
+GOOD = """
+max_batch_size: 64
+max_num_tokens: 8192
+enable_chunked_prefill: true
+kv_cache_config:
+  free_gpu_memory_fraction: 0.85
+  enable_block_reuse: true
+  dtype: fp8
+cuda_graph_config:
+  batch_sizes: [1, 2, 4, 8]
+  enable_padding: true
+"""
+
+
+def test_good_file_passes_and_parses():
+    opts = validate_options(GOOD)
+    assert opts["kv_cache_config"]["free_gpu_memory_fraction"] == 0.85
+    assert opts["cuda_graph_config"]["batch_sizes"] == [1, 2, 4, 8]
+    assert validate_options("cuda_graph_config: null\n") == {"cuda_graph_config": None}
+    assert validate_options("") == {}
+
+
+@pytest.mark.parametrize("text, key, words", [
+    ("max_batch_sise: 8\n", "max_batch_sise", "did you mean max_batch_size"),
+    ("enable_chunked_context: true\n", "enable_chunked_context", "did you mean enable_chunked_prefill"),
+    ("kv_cache_config:\n  free_gpu_mem_fraction: 0.9\n", "kv_cache_config.free_gpu_mem_fraction", "unknown option"),
+    ("kv_cache_config:\n  free_gpu_memory_fraction: '0.9'\n", "kv_cache_config.free_gpu_memory_fraction",
+     "expected a number"),
+    ("kv_cache_config:\n  free_gpu_memory_fraction: 1.2\n", "kv_cache_config.free_gpu_memory_fraction", "maximum"),
+    ("max_batch_size: true\n", "max_batch_size", "boolean"),
+    ("max_batch_size: 0\n", "max_batch_size", "minimum"),
+    ("kv_cache_config:\n  dtype: fp4\n", "kv_cache_config.dtype", "not one of"),
+    ("backend: tensorrt\n", "backend", "not one of"),
+    ("cuda_graph_config:\n  batch_sizes: [1, x]\n", "cuda_graph_config.batch_sizes[1]", "whole number"),
+    ("kv_cache_config: 0.9\n", "kv_cache_config", "mapping"),
+    ("- a\n- b\n", "<file>", "mapping"),
+])
+def test_bad_files_name_the_key(text, key, words):
+    with pytest.raises(OptionsError) as err:
+        validate_options(text)
+    assert err.value.key == key
+    assert str(err.value).startswith(key + ":")
+    assert words in str(err.value)
+
+
+def test_extra_keys_and_yaml_errors(tmp_path):
+    assert validate_options({"my_new_option": 1}, extra_keys={"my_new_option"}) == {"my_new_option": 1}
+    with pytest.raises(OptionsError, match="not valid YAML at line"):
+        validate_options("a: [1, 2\nb: 3\n")
+    path = tmp_path / "opts.yaml"
+    path.write_text("max_seq_len: 4096\n")
+    assert validate_options(path) == {"max_seq_len": 4096}
+
+
+# -- legacy flags ---------------------------------------------------------------------------
+def test_legacy_flags_map_to_llm_api():
+    got = legacy_to_llm_api({"max_batch_size": 64, "tp_size": 4, "pp_size": 1, "max_input_len": 4096,
+                             "max_output_len": 2048, "tokens_per_block": 64, "use_gemm_plugin": "float16",
+                             "use_gpt_attention_plugin": "float16", "enable_context_fmha": True,
+                             "kv_cache_free_gpu_mem_fraction": 0.8, "enable_kv_cache_reuse": "enable"})
+    assert got == {"max_batch_size": 64, "tensor_parallel_size": 4, "pipeline_parallel_size": 1,
+                   "max_seq_len": 6144, "kv_cache_config": {"tokens_per_block": 64, "free_gpu_memory_fraction": 0.8,
+                                                            "enable_block_reuse": True}}
+    validate_options(got)  # the translation is itself a valid option file
+    assert legacy_to_llm_api({"max_seq_len": 8192, "max_input_len": 4096, "max_output_len": 10}) == {"max_seq_len": 8192}
+    with pytest.raises(ValueError, match="max_input_len and max_output_len"):
+        legacy_to_llm_api({"max_output_len": 10})
+    with pytest.raises(ValueError, match="use_fast_build"):
+        legacy_to_llm_api({"use_fast_build": True})
+
+
+# -- planning -------------------------------------------------------------------------------
+def test_concurrent_sequences_small_cases():
+    # 1000 free bytes, fraction 0.5 -> 500 bytes of KV; 10 bytes/token, blocks of 4 tokens = 40 bytes
+    # -> 12 blocks; a 9-token sequence needs 3 blocks -> 4 sequences
+    assert concurrent_sequences(1300, 200, 100, 0.5, 10, 9, 4) == 4
+    assert concurrent_sequences(1300, 200, 100, 0.5, 10, 8, 4) == 6
+    assert concurrent_sequences(300, 200, 100, 0.9, 10, 8, 4) == 0
+    assert concurrent_sequences(100, 200, 100, 0.9, 10, 8, 4) == 0  # weights alone do not fit
+    with pytest.raises(ValueError):
+        concurrent_sequences(1300, 200, 100, 1.5, 10, 8, 4)
+
+
+def test_weight_formats_reuse_lab01_and_add_nvfp4():
+    assert weight_bytes_in(LLAMA3_8B, "fp16") == weight_bytes(LLAMA3_8B, "float16")
+    assert weight_bytes_in(LLAMA3_8B, "fp8") == weight_bytes(LLAMA3_8B, "fp8")
+    assert weight_bytes_in(LLAMA3_8B, "int4_awq") == weight_bytes(LLAMA3_8B, "awq")
+    assert nvfp4_matrix_bytes(32, 2) == 32 + 4 + 4  # 64 values: 32 packed bytes, 4 FP8 scales, 1 FP32
+    nvfp4 = weight_bytes_in(LLAMA3_8B, "nvfp4")
+    bits = 8 * (nvfp4 - weight_bytes(LLAMA3_8B, "fp8") + LLAMA3_8B.linear_params) / LLAMA3_8B.linear_params
+    assert abs(bits - 4.5) < 1e-3  # 4 bits + an 8-bit scale per 16 values
+    with pytest.raises(ValueError, match="unknown weight format"):
+        weight_bytes_in(LLAMA3_8B, "fp4")
+
+
+def test_plan_memory_rule_and_fp8_kv_doubles_sequences():
+    p16 = plan_memory(LLAMA3_8B, "H100-80GB", "fp16", "fp16", seq_len=8192, free_gpu_memory_fraction=0.9)
+    assert p16.free_bytes == p16.total_bytes - p16.weight_bytes - p16.other_bytes
+    assert p16.kv_cache_bytes == int(0.9 * p16.free_bytes)
+    assert p16.kv_bytes_per_token == kv_cache_bytes_per_token(LLAMA3_8B, "float16")
+    assert p16.sequences == concurrent_sequences(p16.total_bytes, p16.weight_bytes, p16.other_bytes, 0.9,
+                                                 p16.kv_bytes_per_token, 8192, 32)
+    p8 = plan_memory(LLAMA3_8B, "H100-80GB", "fp16", "fp8", seq_len=8192)
+    assert p8.sequences in (2 * p16.sequences, 2 * p16.sequences + 1)
+    assert plan_memory(LLAMA3_8B, "A10G", "fp16", "fp16", seq_len=8192).sequences < p16.sequences
+    assert p16.left_bytes > 0 and p16.as_row()["gpu"] == "H100-80GB"
+
+
+# -- quantizers -----------------------------------------------------------------------------
+def test_quantizer_error_bounds():
+    torch = pytest.importorskip("torch")
+    from lab_utils.trtllm.quant import (fake_quantize, group_quantize, predict_rms_error, quantize,
+                                        rms_error)
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(48, 256, generator=g)
+    w[3, 17] = 25.0  # an outlier
+    for bits, qmax in ((8, 127), (4, 7)):
+        q, scale = group_quantize(w, bits, 64)
+        assert q.shape == w.shape and scale.shape == (48, 4)
+        assert int(q.abs().max()) <= qmax
+        w_hat = (q.float().reshape(48, 4, 64) * scale.unsqueeze(-1)).reshape(48, 256)
+        err = (w - w_hat).abs().reshape(48, 4, 64)
+        assert bool((err <= scale.unsqueeze(-1) / 2 + 1e-6).all()), "rounding error above half a step"
+    # finer scales never lose to coarser ones on this matrix; the outlier hurts per-tensor most
+    errs = [rms_error(w, quantize(w, 4, gran, 64).dequantize()) for gran in ("tensor", "channel", "group")]
+    assert errs[0] > errs[1] > errs[2]
+    # the uniform-rounding prediction is within 10% of the measurement
+    measured = rms_error(w, quantize(w, 4, "group", 64).dequantize())
+    assert abs(predict_rms_error(w, 4, 64) / measured - 1) < 0.1
+    # the fast in-place path computes the same matrix and bytes
+    for gran in ("tensor", "channel", "group"):
+        qw = quantize(w, 4, gran, 64)
+        w_hat, nbytes = fake_quantize(w, 4, gran, 64)
+        assert torch.allclose(w_hat, qw.dequantize()) and nbytes == qw.nbytes
+    # 576 inputs in groups of 128: a short last group with its own scale
+    q, scale = group_quantize(torch.randn(4, 576, generator=g), 4, 128)
+    assert scale.shape == (4, 5) and q.shape == (4, 576)
+    assert quantize(w, 4, "group", 64).nbytes == 48 * 256 // 2 + 48 * 4 * 2
+
+
+def test_awq_search_never_worse_than_plain_on_its_calibration():
+    torch = pytest.importorskip("torch")
+    from lab_utils.trtllm.quant import awq_quantize, quantize
+
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(64, 128, generator=g)
+    x = torch.randn(96, 128, generator=g) * torch.linspace(0.1, 5.0, 128)  # a few loud input channels
+    qw, alpha = awq_quantize(w, x, 4, 32, grid=6)
+    plain = quantize(w, 4, "group", 32).dequantize()
+    out_err = lambda w_hat: float((x @ w.T - x @ w_hat.T).pow(2).mean())  # noqa: E731
+    assert out_err(qw.dequantize()) <= out_err(plain) + 1e-9
+    assert 0.0 <= alpha <= 1.0
+
+
+# -- Triton's TensorRT-LLM backend and the launcher -----------------------------------------
+def test_triton_trtllm_config_parses_into_model_config():
+    pytest.importorskip("tritonclient.grpc.model_config_pb2")
+    from tritonclient.grpc import model_config_pb2
+
+    from lab_utils.triton import validate_config
+    from lab_utils.triton.llm_backends import trtllm_config
+
+    text = trtllm_config(engine_dir="/engines/x", max_batch_size=16, kv_cache_free_gpu_mem_fraction=0.8,
+                         max_tokens_in_paged_kv_cache=65536)
+    cfg = validate_config(text)
+    assert isinstance(cfg, model_config_pb2.ModelConfig)
+    assert cfg.backend == "tensorrtllm" and cfg.max_batch_size == 16
+    params = {k: v.string_value for k, v in cfg.parameters.items()}
+    assert params["gpt_model_type"] == "inflight_fused_batching"
+    assert params["kv_cache_free_gpu_mem_fraction"] == "0.8"
+    assert params["max_tokens_in_paged_kv_cache"] == "65536"
+    assert cfg.model_transaction_policy.decoupled
+
+
+def test_launcher_validates_options_and_refuses_without_gpu(monkeypatch):
+    from lab_utils.servers.base import ServerStartError
+    from lab_utils.servers.trtllm import TRTLLMServer
+
+    with pytest.raises(OptionsError, match="kv_cache_config.free_gpu_memory_fractoin"):
+        TRTLLMServer(model="/nonexistent", options={"kv_cache_config": {"free_gpu_memory_fractoin": 0.5}})
+    srv = TRTLLMServer(model="/nonexistent", options={"max_batch_size": 8})
+    assert srv.argv[1] == "/nonexistent" and srv.argv[0].endswith("trtllm-serve") and "--config" in srv.argv and srv.host == "127.0.0.1"
+    assert srv.client_kwargs()["base_url"].endswith("/v1")
+    monkeypatch.setattr("lab_utils.servers.trtllm.trtllm_available", lambda: (False, "no CUDA device"))
+    with pytest.raises(ServerStartError, match="no CUDA device"):
+        srv.start()
+    srv.stop()
+    assert not srv.config_path.exists()
+
+
+@pytest.mark.slow
+def test_quantization_on_the_course_model():
+    pytest.importorskip("transformers")
+    from lab_utils.trtllm.quant import Scheme, measure_schemes
+
+    run = measure_schemes([Scheme("float32", None), Scheme("int8 per-channel", 8, "channel"),
+                           Scheme("int4 per-tensor", 4, "tensor")], eval_tokens=64, greedy_tokens=8,
+                          progress=False)
+    assert run.agreement(0) == 1.0
+    assert run.weight_bytes[1] < run.weight_bytes[0]
+    assert run.perplexity(1) < run.perplexity(2)
+    assert math.isfinite(run.perplexity(0)) and len(run.nll[0]) == 63
