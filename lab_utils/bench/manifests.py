@@ -1,0 +1,83 @@
+"""Offline validation of the course's Kubernetes manifests (docker/k8s/), without a cluster.
+
+- built-in kinds (Deployment, Service, HorizontalPodAutoscaler) with `kubernetes-validate --strict`
+  (the Kubernetes OpenAPI schemas, 1.37 by default): a misspelt field is an error;
+- KEDA's ScaledObject (a CRD, unknown to those schemas) against the JSON schema the course keeps in
+  docker/k8s/schemas/keda-scaledobject.schema.json;
+- the Prometheus queries in them name vLLM metrics; `vllm_metric_names` pulls the names out so a
+  test can check them against a real server's /metrics page.
+
+    problems = validate_file("docker/k8s/vllm-deployment.yaml")     # [] when valid
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+K8S_DIR = REPO / "docker" / "k8s"
+KEDA_SCHEMA = K8S_DIR / "schemas" / "keda-scaledobject.schema.json"
+K8S_VERSION = "1.37.0"
+
+
+def load_documents(path: str | Path) -> list[dict]:
+    """Every YAML document in a file (empty ones dropped)."""
+    import yaml
+
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def validate_resource(doc: dict) -> list[str]:
+    """Problems with one resource; [] when it validates."""
+    kind = doc.get("kind")
+    if kind == "ScaledObject":
+        import jsonschema
+
+        schema = json.loads(KEDA_SCHEMA.read_text())
+        validator = jsonschema.Draft202012Validator(schema)
+        return [f"ScaledObject: {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
+                for e in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))]
+    import kubernetes_validate
+
+    try:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        where = "/".join(map(str, exc.path)) if getattr(exc, "path", None) else "(root)"
+        return [f"{kind}: {where}: {exc.message}"]
+    except (kubernetes_validate.SchemaNotFoundError, kubernetes_validate.InvalidSchemaError) as exc:
+        return [f"{kind}: no schema to validate against: {exc}"]
+    return []
+
+
+def validate_file(path: str | Path) -> list[str]:
+    """Problems with every resource in a YAML file; [] when all validate."""
+    problems = []
+    for doc in load_documents(path):
+        problems += validate_resource(doc)
+    return problems
+
+
+def validate_all(directory: str | Path = K8S_DIR) -> dict[str, list[str]]:
+    """{file name: problems} for every manifest in a folder."""
+    return {p.name: validate_file(p) for p in sorted(Path(directory).glob("*.yaml"))}
+
+
+_METRIC = re.compile(r"\bvllm[:_][a-z_]+")
+
+
+def vllm_metric_names(directory: str | Path = K8S_DIR) -> dict[str, set[str]]:
+    """{file: vLLM metric names named in it} (Prometheus queries, HPA custom metrics)."""
+    out: dict[str, set[str]] = {}
+    for p in sorted(Path(directory).glob("*.yaml")):
+        text = "\n".join(line.split("#", 1)[0] for line in p.read_text().splitlines())
+        names = set(_METRIC.findall(text))
+        if names:
+            out[p.name] = names
+    return out
+
+
+__all__ = ["K8S_DIR", "KEDA_SCHEMA", "load_documents", "validate_all", "validate_file", "validate_resource",
+           "vllm_metric_names"]
