@@ -25,9 +25,11 @@ _ENGINE_RUN = "lab_utils.engine.measure:EngineRun"
 @scenario("04")
 def _(rng):
     """Three requests of random token ids for the block prediction and the forced preemption."""
-    return {"block_size": rng.choice([4, 8]),
+    block_size = rng.choice([4, 8])
+    # every request grows by at least two blocks, so a cache that admits all three must preempt
+    return {"block_size": block_size,
             "prompt_lens": [rng.randint(6, 24) for _ in range(3)],
-            "max_tokens": rng.randint(6, 14),
+            "max_tokens": rng.randint(2 * block_size + 1, 2 * block_size + 6),
             "token_seed": rng.randrange(1_000_000)}
 
 
@@ -124,6 +126,8 @@ def _drive(schedule_fn, num_blocks: int, block_size: int, budget: int, max_num_s
     while s.has_unfinished_requests() and len(plans) < max_steps:
         try:
             out = s.schedule()
+        except NotImplementedError:
+            raise
         except RuntimeError as e:
             raise AssertionError(f"step {len(plans) + 1}: the engine refused your plan: {e}") from None
         plans.append(({str(k): int(v) for k, v in out.num_scheduled_tokens.items()}, list(out.preempted_req_ids)))
