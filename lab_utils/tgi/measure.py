@@ -144,3 +144,20 @@ def run_burst(url: str, prompts: list[str], max_new_tokens: int, stagger_s: floa
         raise RuntimeError("; ".join(errors))
     steps = httpx.get(url + "/stand-in/batches", timeout=30).json()["steps"][before:]
     return stamp(RouterRun(ttft, tpot, e2e, toks, steps))
+
+
+def ttft_by_prefill_budget(workload, budgets: list[int], config: TGIConfig, cost=None) -> dict[int, list[float]]:
+    """Sorted simulated TTFTs of `workload` under TGI's loop for each max_batch_prefill_tokens."""
+    from dataclasses import replace
+
+    out = {}
+    for budget in budgets:
+        res, _ = tgi_sim(workload, replace(config, max_batch_prefill_tokens=int(budget)), cost)
+        out[int(budget)] = sorted(r.first_token_time - r.arrival_time for r in res.requests)
+    return out
+
+
+def compare_tgi_vllm(workload, config: TGIConfig, max_num_batched_tokens: int, max_num_seqs: int, cost=None):
+    """The same workload under TGI's loop and under vLLM's scheduler: (tgi_result, tgi_policy, vllm_result)."""
+    tgi_res, policy = tgi_sim(workload, config, cost)
+    return tgi_res, policy, vllm_sim(workload, max_num_batched_tokens, max_num_seqs, cost)
