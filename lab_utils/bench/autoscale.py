@@ -1,6 +1,6 @@
 """An autoscaler tested on traces: N replicas behind a load balancer, hours of load in a fraction of a second.
 
-The model is a fluid one at one-second resolution, built from what lab 09 measures on a real
+The model is a fluid one in steps of a few seconds (`dt_s`, default 5), built from what lab 09 measures on a real
 server:
 
 - a replica runs at most `max_seqs` requests at once (vLLM's --max-num-seqs); a step with n running
@@ -8,7 +8,7 @@ server:
   a request needs `output_tokens` steps, so a full replica finishes
   `capacity_rps = max_seqs / (output_tokens * step(max_seqs))` requests per second;
 - the load balancer spreads requests evenly over the *ready* replicas; what they cannot take
-  waits in one queue (Lindley's recursion, second by second, with Poisson arrivals);
+  waits in one queue (Lindley's recursion, step by step, with Poisson arrivals);
 - a new replica is paid for at once but serves only after `cold_start_s` (the measured vLLM
   start time); a removed one stops at once;
 - a request meets the SLO when its wait for a slot plus one step is within the TTFT target and the
@@ -146,8 +146,10 @@ def _running_per_replica(lam_r: float, m: ReplicaModel) -> float:
 
 def simulate(trace: Trace, policy: Callable[[dict], int], model: ReplicaModel = ReplicaModel(), *,
              interval_s: int = 30, initial_replicas: int = 1, min_replicas: int = 1, max_replicas: int = 64,
-             seed: int = 0, name: str | None = None) -> AutoscaleRun:
-    """Run `policy` over `trace`; see the module docstring for the model."""
+             seed: int = 0, name: str | None = None, dt_s: int = 5) -> AutoscaleRun:
+    """Run `policy` over `trace` in steps of `dt_s` seconds; see the module docstring for the model."""
+    if interval_s % dt_s:
+        raise ValueError(f"interval_s ({interval_s}) must be a whole number of steps of dt_s ({dt_s})")
     rng = random.Random(seed)
     m = model
     cap = m.capacity_rps
@@ -159,22 +161,24 @@ def simulate(trace: Trace, policy: Callable[[dict], int], model: ReplicaModel = 
     acc_ttft: list[float] = []
     last_obs_running = 0.0
     np_poisson = _poisson_sampler(rng)
-    for t, lam in enumerate(trace.rate):
+    rates = [sum(trace.rate[i:i + dt_s]) / len(trace.rate[i:i + dt_s]) for i in range(0, trace.seconds, dt_s)]
+    for step_no, lam in enumerate(rates):
+        t = step_no * dt_s
         if starting:
             now_ready = [s for s in starting if s <= t]
             if now_ready:
                 ready += len(now_ready)
                 starting = [s for s in starting if s > t]
-        arrivals = np_poisson(lam)
-        capacity = ready * cap  # requests one second of the ready replicas finishes
+        arrivals = np_poisson(lam * dt_s)
+        capacity = ready * cap * dt_s  # requests one step of the ready replicas finishes
         offered = queue + arrivals
         served = min(offered, capacity)
         # running sequences per replica from what it serves (Little's law), full when there is a queue
-        lam_r = served / ready if ready else 0.0
+        lam_r = served / dt_s / ready if ready else 0.0
         n = _running_per_replica(lam_r, m) if ready else 0.0
         if ready and offered > capacity:
             n = float(m.max_seqs)
-        wait = queue / capacity if capacity > 0 else math.inf  # time the queue ahead takes to drain
+        wait = queue / (capacity / dt_s) if capacity > 0 else math.inf  # time the queue ahead takes to drain
         step = m.step(n)
         ttft = wait + step * (1 + m.input_tokens / 512)
         meets = ttft <= m.ttft_slo_s and step <= m.tpot_slo_s
@@ -183,18 +187,18 @@ def simulate(trace: Trace, policy: Callable[[dict], int], model: ReplicaModel = 
         run.served += served
         run.met += arrivals if meets else 0.0
         run.output_tokens += served * m.output_tokens
-        run.replica_seconds += ready + len(starting)
+        run.replica_seconds += (ready + len(starting)) * dt_s
         acc_arr += arrivals
         acc_met += arrivals if meets else 0.0
         acc_util += 1 - math.exp(-n) if ready else 0.0
         acc_kv += n / m.max_seqs
         acc_ttft.append(ttft)
         last_obs_running = n
-        if (t + 1) % interval_s == 0:
+        if (t + dt_s) % interval_s == 0:
             k = len(acc_ttft)
             acc_ttft.sort()
             p95 = acc_ttft[min(k - 1, int(0.95 * k))]
-            obs = {"t": float(t + 1), "replicas": ready + len(starting), "ready": ready, "rps": acc_arr / k,
+            obs = {"t": float(t + dt_s), "replicas": ready + len(starting), "ready": ready, "rps": acc_arr / (k * dt_s),
                    "queue": queue, "running": last_obs_running, "kv_usage": acc_kv / k, "util": acc_util / k,
                    "ttft_p95": p95, "capacity_rps": cap, "max_seqs": m.max_seqs, "interval_s": interval_s,
                    "min_replicas": min_replicas, "max_replicas": max_replicas,
@@ -207,7 +211,7 @@ def simulate(trace: Trace, policy: Callable[[dict], int], model: ReplicaModel = 
             want = max(min_replicas, min(max_replicas, want))
             have = ready + len(starting)
             if want > have:
-                starting += [t + 1 + m.cold_start_s] * (want - have)
+                starting += [t + dt_s + m.cold_start_s] * (want - have)
             elif want < have:
                 drop = have - want
                 cut = min(drop, len(starting))  # cancel replicas still loading first
