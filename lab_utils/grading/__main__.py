@@ -17,7 +17,13 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--out", type=Path, required=True, help="where gradebook.csv and feedback go")
     g.add_argument("--hidden-tests", type=Path, default=None,
                    help="instructor folder of hidden tests (labNN/test_*.py or test_NN_*.py)")
-    g.add_argument("--workers", type=int, default=1, help="notebooks graded at once (default 1)")
+    g.add_argument("--workers", type=int, default=1,
+                   help="notebooks graded at once (default 1); with --ray, the CPUs of the local Ray "
+                        "cluster started for the run")
+    g.add_argument("--ray", action="store_true",
+                   help="run each notebook as a Ray task (starts a local Ray cluster and stops it)")
+    g.add_argument("--ray-address", default=None, metavar="ADDRESS",
+                   help="run the tasks on an existing Ray cluster, e.g. ray://head:10001 or auto")
     g.add_argument("--timeout", type=float, default=900, help="seconds allowed per notebook (default 900)")
     g.add_argument("--memory-mb", type=int, default=8192,
                    help="resident-memory limit per notebook run (kernel and the servers it starts) "
@@ -51,8 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         grade_class(args.submissions, args.out, args.hidden_tests, workers=args.workers,
                     timeout=args.timeout, memory_mb=args.memory_mb, force=args.force,
-                    parameters=params, seed=args.seed)
-    except ValueError as exc:
+                    parameters=params, seed=args.seed, ray=args.ray, ray_address=args.ray_address,
+                    progress=lambda line: print(line, flush=True))
+    except (ValueError, RuntimeError) as exc:  # bad arguments, or Ray did not start
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

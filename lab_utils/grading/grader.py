@@ -1,188 +1,196 @@
 """Grade a class: every submitted notebook runs in its own limited process; a gradebook comes out.
 
     python -m lab_utils.grading grade SUBMISSIONS --out OUT [--hidden-tests DIR] [--workers N]
-                                      [--timeout SECONDS] [--memory-mb MB] [--force]
+                                      [--timeout SECONDS] [--memory-mb MB] [--force] [--ray]
 
 SUBMISSIONS holds one folder per student with that student's notebooks (`02_kv_cache.ipynb`: the
 two leading digits name the lab). For each notebook:
 
 1. it is copied, with the rest of the student's folder, into a private working folder, and a probe
    cell is inserted after every code cell to save the lab's answers outside the notebook;
-2. papermill runs it in a new process group under a wall-time limit and a memory limit, with a
-   private snapshot of lab_utils first on the path, so nothing a notebook does to files or modules
-   can reach the grading of the others; every cell runs even after one raised;
+2. papermill runs it in its own session under a wall-time limit and a memory limit
+   (sandbox.py), with a private snapshot of lab_utils first on the path, so nothing a notebook does
+   to files or modules can reach the grading of the others; every cell runs even after one raised;
 3. a separate clean process checks the saved answers (the notebook's own check records are not
    trusted), and the instructor's hidden tests run in another;
-4. OUT gets gradebook.csv (written atomically), feedback/<student>/<lab>.md, the executed
-   notebooks, and a cache so a rerun regrades only what changed (--force regrades everything).
+4. OUT gets one result file per notebook as soon as it is graded and gradebook.csv rebuilt
+   atomically (gradebook.py), feedback/<student>/<lab>.md, the executed notebooks, a per-question
+   summary and a histogram of totals. A rerun grades only what is missing or changed (--force
+   regrades everything), so a grader killed part-way resumes where it stopped.
+
+The notebooks run on a local pool of worker threads or as Ray tasks (runner.py). This module keeps
+the names callers import: Grader, Job, Outcome, grade_class, job_seed, instructor_seed,
+instructor_dir, write_gradebook.
+
+Inputs that cannot be graded each get a row with a clear status and no run:
+- `not a notebook`: a file named for a lab (`02_...`) that is not a .ipynb (when the folder has no
+  notebook for that lab), or a .ipynb that is not valid notebook JSON;
+- `unreadable`: the file cannot be read (permissions, a dangling link, a folder named .ipynb);
+- `empty notebook`: no code in it (or a 0-byte file);
+- `wrong lab`: the notebook's `lab_scenario("NN", ...)` call names another lab, or (without such a
+  call) it defines none of its lab's answer names but at least two of another lab's;
+- `duplicate`: two notebooks for the same lab in one folder, or two student folders whose names
+  are equal ignoring case, spaces and punctuation (`Ana`, `ana`): which one counts is the
+  instructor's call, so neither is graded until the folders are merged.
 """
 
 from __future__ import annotations
 
-import csv
+import ast
 import hashlib
-import io
 import json
 import os
 import re
-import resource
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .registry import questions_for
+from .gradebook import (Job, Outcome, atomic_write, load_result, save_result, safe_name, summary_text,
+                        write_gradebook, write_histogram)
+from .registry import all_questions, questions_for
+from .sandbox import Status, run_limited
 
-GRADER_VERSION = "2"
+GRADER_VERSION = "3"
 LAB_RE = re.compile(r"^(\d\d)[_\-\w .]*\.ipynb$")
+LAB_PREFIX_RE = re.compile(r"^(\d\d)[_\-. ]")
 MAX_OUTPUT_CHARS = 20_000  # per output, in the executed copy kept for the instructor
 
+__all__ = ["Grader", "Job", "Outcome", "Status", "discover", "grade_class", "instructor_dir",
+           "instructor_seed", "job_seed", "write_gradebook"]
 
-@dataclass
-class Job:
-    student: str
-    lab: str
-    notebook: Path
-
-
-@dataclass
-class Outcome:
-    """What one (student, lab) notebook scored, and why it scored less than it ran."""
-
-    student: str
-    lab: str
-    scores: dict[str, float] = field(default_factory=dict)  # question id -> points earned
-    possible: dict[str, float] = field(default_factory=dict)  # question id -> points possible
-    status: str = "ok"
-    seconds: float = 0.0
-    key: str = ""
-
-    @property
-    def total(self) -> float:
-        return round(sum(self.scores.values()), 4)
+# kept for callers of the old private names
+_atomic_write = atomic_write
+_safe = safe_name
 
 
 # --- discovery ---------------------------------------------------------------------------------
 
+def _student_key(name: str) -> str:
+    return re.sub(r"[\W_]+", "", name).casefold()
+
+
+def _readable(path: Path) -> str:
+    """"" if the file can be read, else why not."""
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+        return ""
+    except OSError as exc:
+        return f"cannot read {path.name}: {exc.strerror or type(exc).__name__}"
+
+
 def discover(submissions: Path) -> tuple[list[Job], list[str]]:
-    """One job per notebook found; also a list of warnings about files that are not gradable."""
+    """One job per (student, lab) found; jobs that cannot be graded carry their `problem` (a status
+    text). Also a list of warnings about files that belong to no lab."""
     if not submissions.is_dir():
         raise ValueError(f"SUBMISSIONS {submissions} is not a folder; it should hold one folder per student")
     jobs: list[Job] = []
     warnings: list[str] = []
-    for student_dir in sorted(p for p in submissions.iterdir() if p.is_dir()):
-        found = False
-        for nb in sorted(student_dir.glob("*.ipynb")):
-            m = LAB_RE.match(nb.name)
-            if not m:
-                warnings.append(f"{student_dir.name}/{nb.name}: name does not start with a lab number "
-                                "like 02_; skipped")
-                continue
-            jobs.append(Job(student_dir.name, m.group(1), nb))
-            found = True
-        if not found:
-            warnings.append(f"{student_dir.name}: no notebook to grade")
+    folders = sorted(p for p in submissions.iterdir() if p.is_dir())
+    for p in sorted(submissions.iterdir()):
+        if not p.is_dir():
+            warnings.append(f"{p.name}: not a student folder (put each student's files in a folder "
+                            "named for the student; unpack archives first); skipped")
+    same: dict[str, list[str]] = {}
+    for d in folders:
+        same.setdefault(_student_key(d.name), []).append(d.name)
+    for student_dir in folders:
+        student = student_dir.name
+        by_lab: dict[str, list[Path]] = {}
+        others: dict[str, list[Path]] = {}
+        for f in sorted(student_dir.iterdir()):
+            if f.name.endswith(".ipynb"):
+                m = LAB_RE.match(f.name)
+                if not m:
+                    warnings.append(f"{student}/{f.name}: name does not start with a lab number like 02_; skipped")
+                    continue
+                by_lab.setdefault(m.group(1), []).append(f)
+            elif (m := LAB_PREFIX_RE.match(f.name)) and not f.name.startswith("."):
+                others.setdefault(m.group(1), []).append(f)
+        for lab, files in others.items():
+            if lab not in by_lab:  # a lab's work handed in as something other than a notebook
+                f = files[0]
+                jobs.append(Job(student, lab, f, Status.NOT_A_NOTEBOOK.text(
+                    f"{f.name} is not a .ipynb file; submit the notebook saved by JupyterLab")))
+        if not by_lab and not others:
+            warnings.append(f"{student}: no notebook to grade")
+        twins = same[_student_key(student)]
+        for lab, files in sorted(by_lab.items()):
+            nb = files[0]
+            if len(twins) > 1:
+                problem = Status.DUPLICATE.text(
+                    f"student folders {' and '.join(twins)} have the same name ignoring case and "
+                    "punctuation; merge them into one folder")
+            elif len(files) > 1:
+                problem = Status.DUPLICATE.text(
+                    f"{len(files)} notebooks for lab {lab} ({', '.join(f.name for f in files)}); keep one")
+            elif why := _readable(nb):
+                problem = Status.UNREADABLE.text(why)
+            else:
+                problem = ""
+            jobs.append(Job(student, lab, nb, problem))
+    jobs.sort(key=lambda j: (j.student, j.lab))
     return jobs, warnings
 
 
-# --- isolation helpers -------------------------------------------------------------------------
-
-def _snapshot_lab_utils(dest: Path) -> Path:
-    src = Path(__file__).resolve().parent.parent
-    target = dest / "lab_utils"
-    shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    return dest
-
-
-def _limits():
-    def apply() -> None:
-        os.setsid()
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    return apply
-
-
-def _tree_rss_mb(pid: int) -> float:
-    """Resident memory of a process and all its descendants, in MB."""
-    import psutil
-
+def _defined_names(source: str) -> set[str]:
+    """Top-level names a cell defines (functions, classes, assignments); magics are skipped."""
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
     try:
-        root = psutil.Process(pid)
-        procs = [root] + root.children(recursive=True)
-    except psutil.Error:
-        return 0.0
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            pass
-    return total / 2**20
+        tree = ast.parse(code)
+    except SyntaxError:
+        return {a or b for a, b in re.findall(r"^(?:def|class)\s+(\w+)|^(\w+)\s*=", code, re.M)}
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        names.add(n.id)
+    return names
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
-    """Kill a process, its group, and every descendant (a Jupyter kernel may start its own session)."""
-    try:
-        import psutil
-
-        try:
-            children = psutil.Process(proc.pid).children(recursive=True)
-        except psutil.Error:
-            children = []
-    except ImportError:
-        children = []
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for child in children:
-        try:
-            child.kill()
-        except Exception:
-            pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def _run_limited(cmd: list[str], *, timeout: float, memory_mb: int, env: dict, cwd: Path,
-                 log: Path) -> tuple[int | None, str]:
-    """Run cmd in its own session under a wall-time and a memory limit.
-
-    The memory limit watches the resident memory of the whole process tree (kernel and any server
-    the notebook started included), not the address space: vLLM and torch reserve far more
-    virtual memory than they use. Returns (exit code or None, "" | "timeout" | "memory").
-    """
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=str(cwd), preexec_fn=_limits())
-        deadline = time.monotonic() + timeout
-        reason = ""
-        while True:
-            try:
-                code = proc.wait(timeout=0.25)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            if time.monotonic() > deadline:
-                reason = "timeout"
-            elif memory_mb and _tree_rss_mb(proc.pid) > memory_mb:
-                reason = "memory"
-            if reason:
-                _kill_tree(proc)
-                return None, reason
-        # a kernel or server left running by a crashed papermill is still ours to stop
-        _kill_tree(proc)
-        return code, ""
+def content_problem(nb, lab: str) -> str:
+    """A status text when a parsed notebook cannot be this lab's work: empty, or another lab's."""
+    code = [c.source for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+    if not code:
+        return Status.EMPTY.text("the notebook has no code in it")
+    text = "\n".join(code)
+    called = sorted(set(re.findall(r"lab_scenario\(\s*['\"](\d\d)['\"]", text)))
+    if called and lab not in called:
+        return Status.WRONG_LAB.text(
+            f"named for lab {lab} but its code is lab {called[0]}'s (lab_scenario(\"{called[0]}\"...)); "
+            f"rename it {called[0]}_... if that is the work meant")
+    if called:
+        return ""
+    defined: set[str] = set()
+    for src in code:
+        defined |= _defined_names(src)
+    hits: dict[str, int] = {}
+    for q in all_questions():
+        hits.setdefault(q.lab, 0)
+        hits[q.lab] += len(defined & set(q.answers))
+    if hits.get(lab, 0) == 0:
+        best = max((n, other) for other, n in hits.items() if other != lab) if len(hits) > 1 else (0, "")
+        if best[0] >= 2:
+            return Status.WRONG_LAB.text(
+                f"named for lab {lab} but it defines lab {best[1]}'s answers and none of lab {lab}'s")
+    return ""
 
 
 # --- one notebook ------------------------------------------------------------------------------
+
+def _snapshot_lab_utils(dest: Path) -> Path:
+    src = Path(__file__).resolve().parent.parent
+    shutil.copytree(src, dest / "lab_utils", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
 
 def instructor_dir() -> Path:
     """The instructor's private folder (`LAB_INSTRUCTOR_DIR`, default ~/.config/llm-serving-lab/instructor)."""
@@ -221,7 +229,7 @@ class Grader:
     """Grades jobs one at a time (thread-safe; the CLI runs several in parallel)."""
 
     def __init__(self, out: Path, hidden_tests: Path | None = None, timeout: float = 900,
-                 memory_mb: int = 8192, check_timeout: float = 300, python: str = sys.executable,
+                 memory_mb: int = 8192, check_timeout: float = 300, python: str | None = None,
                  kernel: str = "python3", parameters: dict | None = None, seed: int | None = None,
                  keep_answers: bool = False):
         if timeout <= 0:
@@ -235,7 +243,7 @@ class Grader:
         self.timeout = timeout
         self.memory_mb = memory_mb
         self.check_timeout = check_timeout
-        self.python = python
+        self.python = python or sys.executable
         self.kernel = kernel
         self.parameters = parameters or {}
         if "SEED" in self.parameters:
@@ -246,6 +254,12 @@ class Grader:
         self.scratch = Path(tempfile.mkdtemp(prefix="lab-grader-"))
         # checks run from a private copy no notebook can reach; each notebook gets its own copy
         self.snapshot = _snapshot_lab_utils(self.scratch / "checker")
+
+    def config(self) -> dict:
+        """What another process needs to build an equal Grader (a Ray task on any node)."""
+        return {"hidden_tests": self.hidden, "timeout": self.timeout, "memory_mb": self.memory_mb,
+                "check_timeout": self.check_timeout, "kernel": self.kernel,
+                "parameters": dict(self.parameters), "seed": self.seed}
 
     def close(self) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)
@@ -266,8 +280,15 @@ class Grader:
         return h.hexdigest()
 
     def job_key(self, job: Job) -> str:
+        """What a saved grade was computed from; "" (never reused) when the file cannot be read."""
+        if job.problem:
+            return ""
         h = hashlib.sha256(self._fingerprint(job.lab).encode())
-        h.update(job.notebook.read_bytes())
+        h.update(job.student.encode() + b"\0")
+        try:
+            h.update(job.notebook.read_bytes())
+        except OSError:
+            return ""
         return h.hexdigest()
 
     def _env(self, snapshot: Path | None = None, work: Path | None = None, key: str = "") -> dict:
@@ -293,14 +314,17 @@ class Grader:
         for q in qs:
             outcome.possible[q.id] = q.points
             outcome.scores[q.id] = 0.0
+        if job.problem:
+            outcome.status = job.problem
+            return outcome, _feedback(job, outcome, [], [], job.problem)
         work = Path(tempfile.mkdtemp(prefix=f"{_safe(job.student)}-{job.lab}-", dir=self.scratch))
         try:
             nb, problem = _read_notebook(job.notebook)
-            if nb is None:
-                outcome.status = f"not a notebook: {problem}"
+            if nb is None or (problem := content_problem(nb, job.lab)):
+                outcome.status = problem
                 return outcome, _feedback(job, outcome, [], [], problem)
             if not qs:
-                outcome.status = f"no graded questions for lab {job.lab}"
+                outcome.status = Status.NO_QUESTIONS.text(f"lab {job.lab} has none")
             run_dir = work / "run"
             shutil.copytree(job.notebook.parent, run_dir,
                             ignore=lambda d, names: [n for n in names if n.endswith(".ipynb") and n != job.notebook.name])
@@ -321,14 +345,15 @@ class Grader:
             executed = work / "executed.ipynb"
             nbformat.write(nb, str(src))
             status_file = work / "status.json"
-            code, killed = _run_limited(
+            code, killed = run_limited(
                 [self.python, "-m", "lab_utils.grading.execute", str(src), str(executed),
                  "--cwd", str(run_dir), "--cell-timeout", str(self.timeout),
                  "--status", str(status_file), "--kernel", self.kernel],
                 timeout=self.timeout, memory_mb=self.memory_mb,
                 env=self._env(_snapshot_lab_utils(work / "kernel-lib"), work, key), cwd=work,
                 log=work / "execute.log")
-            outcome.status = _run_status(code, killed, status_file, self.timeout, self.memory_mb)
+            if qs:
+                outcome.status = _run_status(code, killed, status_file, self.timeout, self.memory_mb)
             results = self._check(job.lab, answers_dir, work, seed, key)
             hidden = self._hidden(job.lab, answers_dir, work, key)
             for r in results:
@@ -350,14 +375,15 @@ class Grader:
 
     def _check(self, lab: str, answers_dir: Path, work: Path, seed: int, key: str) -> list[dict]:
         out = work / "scores.json"
-        code, killed = _run_limited(
+        code, killed = run_limited(
             [self.python, "-m", "lab_utils.grading.checkrun", "--lab", lab, "--answers", str(answers_dir),
              "--out", str(out), "--seed", str(seed)], timeout=self.check_timeout, memory_mb=self.memory_mb,
             env=self._env(work=work, key=key), cwd=work, log=work / "check.log")
         try:
             return json.loads(out.read_text())
         except (OSError, ValueError):
-            reason = {"timeout": "timed out", "memory": "ran out of memory"}.get(killed, f"exited with {code}")
+            reason = {Status.TIMEOUT: "timed out", Status.MEMORY_LIMIT: "ran out of memory"}.get(
+                killed, f"exited with {code}")
             return [{"id": q.id, "points": q.points, "earned": 0.0, "status": "error",
                      "message": f"the checking process {reason}"} for q in questions_for(lab)]
 
@@ -386,7 +412,7 @@ class Grader:
         for f in files:
             shutil.copy(f, tests / f.name)
         report = work / "hidden.json"
-        _run_limited(
+        run_limited(
             [self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "lab_utils.grading.hidden",
              "--answers", str(answers_dir), "--hidden-report", str(report), "--rootdir", str(tests),
              "-o", "addopts=", str(tests)],
@@ -405,7 +431,7 @@ class Grader:
             return
         try:
             nb = nbformat.read(str(executed), as_version=4)
-        except Exception:
+        except Exception:  # a notebook that broke its own output file: nothing worth keeping
             return
         _truncate_outputs(nb)
         dest = self.out / "executed" / _safe(job.student) / job.notebook.name
@@ -422,14 +448,18 @@ def _read_notebook(path: Path):
 
     try:
         raw = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, f"cannot read the file ({exc})"
+    except OSError as exc:
+        return None, Status.UNREADABLE.text(f"cannot read the file ({exc.strerror or type(exc).__name__})")
+    except UnicodeDecodeError:
+        return None, Status.NOT_A_NOTEBOOK.text("not valid notebook JSON (the file is not UTF-8 text)")
+    if not raw.strip():
+        return None, Status.EMPTY.text("the file is empty")
     try:
         nb = nbformat.reads(raw, as_version=4)
         nbformat.validate(nb)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return None, f"not valid notebook JSON ({first[:200]})"
+        return None, Status.NOT_A_NOTEBOOK.text(f"not valid notebook JSON ({first[:200]})")
     return nb, ""
 
 
@@ -445,34 +475,35 @@ def _apply_parameters(nb, parameters: dict) -> None:
     nb.cells.insert(idx + 1, cell)
 
 
-def _run_status(code, killed: str, status_file: Path, timeout: float, memory_mb: int) -> str:
-    if killed == "timeout":
-        return f"timeout: stopped after {timeout:.0f} s; answers saved before then were graded"
-    if killed == "memory":
-        return (f"memory limit: used more than {memory_mb} MB and was stopped; answers saved "
-                "before then were graded")
+def _run_status(code, killed: Status | None, status_file: Path, timeout: float, memory_mb: int) -> str:
+    if killed is Status.TIMEOUT:
+        return Status.TIMEOUT.text(f"stopped after {timeout:.0f} s; answers saved before then were graded")
+    if killed is Status.MEMORY_LIMIT:
+        return Status.MEMORY_LIMIT.text(f"used more than {memory_mb} MB and was stopped; answers saved "
+                                        "before then were graded")
     try:
         info = json.loads(status_file.read_text())
     except (OSError, ValueError):
         info = {"outcome": "failed", "detail": ""}
     outcome = info.get("outcome", "failed")
     if code is not None and code < 0:
-        sig = -code
-        return f"killed by signal {sig}"
+        return Status.KILLED.text(f"by signal {-code}")
     if outcome == "ok":
-        return "ok"
+        return Status.OK.text()
     if outcome == "cell errors":
         detail = info.get("detail", "")
         if "MemoryError" in detail:
-            return "memory limit: a cell raised MemoryError"
-        return f"cell errors: {detail[:160]}"
+            return Status.MEMORY_LIMIT.text("a cell raised MemoryError")
+        return Status.CELL_ERRORS.text(detail[:160])
+    if outcome == "memory limit":
+        return Status.MEMORY_LIMIT.text(info.get("detail", "")[:160])
     if outcome == "kernel died":
-        return "kernel died: the notebook's kernel stopped; answers saved before then were graded"
+        return Status.KERNEL_DIED.text("the notebook's kernel stopped; answers saved before then were graded")
     if outcome == "cell timeout":
-        return "timeout: a cell ran past the limit"
+        return Status.TIMEOUT.text("a cell ran past the limit")
     if outcome == "started":
-        return "failed: the run stopped without a report"
-    return f"failed: {info.get('detail', '')[:160]}"
+        return Status.FAILED.text("the run stopped without a report")
+    return Status.FAILED.text(info.get("detail", "")[:160])
 
 
 def _truncate_outputs(nb) -> None:
@@ -510,46 +541,17 @@ def _feedback(job: Job, outcome: Outcome, results: list[dict], hidden: list[dict
     return "\n".join(lines)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-# --- the gradebook -----------------------------------------------------------------------------
-
-def write_gradebook(out: Path, outcomes: list[Outcome]) -> Path:
-    """Write gradebook.csv atomically: a header, a points_possible row, one row per student and lab."""
-    qids = sorted({q for o in outcomes for q in o.possible})
-    possible = {}
-    for o in outcomes:
-        possible.update(o.possible)
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(["student", "lab", *qids, "total", "status"])
-    w.writerow(["points_possible", "", *[f"{possible[q]:g}" for q in qids],
-                f"{sum(possible.values()):g}", ""])
-    for o in sorted(outcomes, key=lambda o: (o.student, o.lab)):
-        w.writerow([o.student, o.lab, *[f"{o.scores[q]:g}" if q in o.scores else "" for q in qids],
-                    f"{o.total:g}", o.status])
-    path = out / "gradebook.csv"
-    _atomic_write(path, buf.getvalue())
-    return path
-
+# --- a class -----------------------------------------------------------------------------------
 
 def grade_class(submissions: Path, out: Path, hidden_tests: Path | None = None, workers: int = 1,
                 timeout: float = 900, memory_mb: int = 8192, force: bool = False,
-                parameters: dict | None = None, progress=print, seed: int | None = None) -> list[Outcome]:
-    """Grade every notebook under `submissions` into `out`; returns the outcomes."""
+                parameters: dict | None = None, progress=print, seed: int | None = None,
+                ray: bool = False, ray_address: str | None = None) -> list[Outcome]:
+    """Grade every notebook under `submissions` into `out`; returns the outcomes.
+
+    `ray=True` (or a `ray_address`) runs each notebook as a Ray task; `workers` is then the number
+    of CPUs of the local Ray cluster started for the run (ignored with an address).
+    """
     if workers < 1:
         raise ValueError(f"--workers must be at least 1, got {workers}")
     jobs, warnings = discover(submissions)
@@ -563,64 +565,63 @@ def grade_class(submissions: Path, out: Path, hidden_tests: Path | None = None, 
                     seed=seed)
     outcomes: list[Outcome] = []
     lock = threading.Lock()
-    t0 = time.monotonic()
     try:
         todo: list[Job] = []
+        kept = 0
         for job in jobs:
-            cached = _load_cached(cache, job, grader.job_key(job))
-            if cached is not None and not force:
+            if job.problem:  # nothing to run: a row with the reason, every run
+                outcome, feedback = grader.grade(job)
+                outcomes.append(outcome)
+                atomic_write(out / "feedback" / _safe(job.student) / f"{job.lab}.md", feedback)
+                progress(f"not graded: {job.student}/{job.notebook.name}: {outcome.status}")
+                continue
+            cached = None if force else load_result(cache, job, grader.job_key(job))
+            if cached is not None:
                 outcomes.append(cached)
+                kept += 1
             else:
                 todo.append(job)
-        if len(jobs) - len(todo):
-            progress(f"{len(jobs) - len(todo)} unchanged notebook(s) kept from the last run "
-                     "(--force regrades them)")
-        progress(f"grading {len(todo)} notebook(s) with {workers} worker(s), "
-                 f"{timeout:.0f} s and {memory_mb} MB each")
-        done = 0
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(grader.grade, job): job for job in todo}
-            for fut in as_completed(futures):
-                job = futures[fut]
-                try:
-                    outcome, feedback = fut.result()
-                except Exception as exc:  # a bug in the grader must not lose the others' grades
-                    outcome = Outcome(job.student, job.lab, status=f"grader error: {exc}"[:200])
-                    for q in questions_for(job.lab):
-                        outcome.possible[q.id] = q.points
-                        outcome.scores[q.id] = 0.0
-                    feedback = f"# Lab {job.lab} — {job.student}\n\nThe grader failed: {exc}\n"
-                with lock:
-                    done += 1
-                    outcomes.append(outcome)
-                    _atomic_write(out / "feedback" / _safe(job.student) / f"{job.lab}.md", feedback)
-                    _save_cached(cache, outcome)
-                    write_gradebook(out, outcomes)
-                    elapsed = time.monotonic() - t0
-                    eta = elapsed / done * (len(todo) - done)
-                    progress(f"[{done}/{len(todo)}] {job.student} lab {job.lab}: "
-                             f"{outcome.total:g}/{sum(outcome.possible.values()):g} — {outcome.status} "
-                             f"({outcome.seconds:.0f} s; about {eta:.0f} s left)")
+        if kept:
+            progress(f"{kept} unchanged notebook(s) kept from the last run (--force regrades them)")
+        where = (f"Ray at {ray_address}" if ray_address else f"a local Ray cluster of {workers} CPU(s)"
+                 if ray else f"{workers} worker(s)")
+        progress(f"grading {len(todo)} notebook(s) on {where}, {timeout:.0f} s and {memory_mb} MB each")
+        write_gradebook(out, outcomes)
+        bar = _runner.Progress(len(todo), progress)
+
+        def finished(result) -> None:
+            job, outcome, feedback, executed, error = result
+            if outcome is None:
+                outcome = _runner.error_outcome(job, error, questions_for(job.lab))
+                feedback = f"# Lab {job.lab} — {job.student}\n\nThe grader failed: {error}\n"
+            else:
+                outcome.key = grader.job_key(job)  # the key of what this run read, whoever graded it
+            with lock:
+                if executed is not None:
+                    atomic_write(out / "executed" / _safe(job.student) / job.notebook.name, executed)
+                atomic_write(out / "feedback" / _safe(job.student) / f"{job.lab}.md", feedback)
+                if outcome.kind is not Status.GRADER_ERROR:  # a grader error is graded again next run
+                    save_result(cache, outcome)
+                outcomes.append(outcome)
+                write_gradebook(out, outcomes)
+                bar.update(outcome)
+
+        if ray or ray_address:
+            _runner.run_ray(grader.config(), todo, finished, address=ray_address, num_cpus=workers,
+                            progress=progress)
+        else:
+            _runner.run_local(grader, todo, workers, finished)
         path = write_gradebook(out, outcomes)
         progress(f"gradebook: {path}")
+        report = summary_text(outcomes)
+        atomic_write(out / "summary.txt", report + "\n")
+        progress("per question (points earned across submissions):\n" + report)
+        hist = write_histogram(out, outcomes)
+        if hist:
+            progress(f"histogram of totals: {hist}")
         return outcomes
     finally:
         grader.close()
 
 
-def _cache_path(cache: Path, student: str, lab: str) -> Path:
-    return cache / _safe(student) / f"{lab}.json"
-
-
-def _load_cached(cache: Path, job: Job, key: str) -> Outcome | None:
-    try:
-        data = json.loads(_cache_path(cache, job.student, job.lab).read_text())
-    except (OSError, ValueError):
-        return None
-    if data.get("key") != key:
-        return None
-    return Outcome(**data)
-
-
-def _save_cached(cache: Path, outcome: Outcome) -> None:
-    _atomic_write(_cache_path(cache, outcome.student, outcome.lab), json.dumps(asdict(outcome)))
+from . import runner as _runner  # noqa: E402  (runner imports Grader lazily; no cycle at import time)

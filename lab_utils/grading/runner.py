@@ -1,0 +1,200 @@
+"""Where the notebooks run: a local pool of worker threads (the default), or Ray tasks.
+
+Both call the same `Grader.grade` on each job, so the limits and the sandbox are the same; both
+hand every finished result to `on_result` in the calling thread's order of completion, which saves
+it before the next one is reported.
+
+With Ray each submission is one task (one CPU). The task receives the student's folder as bytes,
+so it runs on any node of a cluster; it grades into a private folder on that node and returns the
+outcome, the feedback and the executed notebook for the driver to write. A task whose worker dies
+is retried once by Ray; one that still fails gets a "grader error" row and is graded again by the
+next run. Ray is imported only when asked for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+from .gradebook import Job, Outcome
+from .sandbox import Status
+
+MAX_FOLDER_BYTES = 200 * 2**20  # a student's folder shipped to a Ray task
+RAY_START_WAIT_S = float(os.environ.get("LAB_RAY_START_WAIT_S", 300))
+
+Result = tuple[Job, Outcome | None, str, bytes | None, str]  # job, outcome, feedback, executed, error
+
+
+class Progress:
+    """One console line per finished notebook: a bar, done/total, failures, time left."""
+
+    def __init__(self, total: int, emit: Callable[[str], None], width: int = 20):
+        self.total, self.emit, self.width = total, emit, width
+        self.done = self.failed = 0
+        self.t0 = time.monotonic()
+
+    def update(self, outcome: Outcome) -> str:
+        self.done += 1
+        self.failed += outcome.kind.failed
+        elapsed = time.monotonic() - self.t0
+        left = elapsed / self.done * (self.total - self.done)
+        filled = round(self.width * self.done / max(self.total, 1))
+        bar = "#" * filled + "." * (self.width - filled)
+        line = (f"[{self.done}/{self.total}] {bar} {self.failed} failed, about {left:.0f} s left | "
+                f"{outcome.student} lab {outcome.lab}: {outcome.total:g}/{sum(outcome.possible.values()):g}"
+                f" — {outcome.status} ({outcome.seconds:.0f} s)")
+        self.emit(line)
+        return line
+
+
+def run_local(grader, jobs: list[Job], workers: int, on_result: Callable[[Result], None]) -> None:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(grader.grade, job): job for job in jobs}
+        for fut in as_completed(futures):
+            job = futures[fut]
+            try:
+                outcome, feedback = fut.result()
+            except Exception as exc:  # a bug in the grader must not lose the others' grades
+                on_result((job, None, "", None, f"{type(exc).__name__}: {exc}"))
+                continue
+            on_result((job, outcome, feedback, None, ""))
+
+
+# --- Ray ---------------------------------------------------------------------------------------
+
+def _folder_bytes(job: Job) -> dict[str, bytes]:
+    """The files of the student's folder a run needs: the notebook, and the non-notebook files."""
+    files: dict[str, bytes] = {}
+    size = 0
+    for p in sorted(job.notebook.parent.rglob("*")):
+        if not p.is_file() or (p.suffix == ".ipynb" and p != job.notebook):
+            continue
+        data = p.read_bytes()
+        size += len(data)
+        if size > MAX_FOLDER_BYTES:
+            raise ValueError(f"{job.student}'s folder is larger than {MAX_FOLDER_BYTES >> 20} MB")
+        files[str(p.relative_to(job.notebook.parent))] = data
+    return files
+
+
+def grade_shipped(config: dict, student: str, lab: str, name: str,
+                  files: dict[str, bytes]) -> tuple[dict, str, bytes | None]:
+    """A Ray task's body: rebuild the student's folder here, grade it, return what the driver writes."""
+    from .grader import Grader
+
+    home = Path(tempfile.mkdtemp(prefix="lab-grader-task-"))
+    try:
+        folder = home / "submission"
+        for rel, data in files.items():
+            dest = folder / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+        grader = Grader(home / "out", **config)
+        try:
+            outcome, feedback = grader.grade(Job(student, lab, folder / name))
+        finally:
+            grader.close()
+        executed = home / "out" / "executed"
+        kept = next(executed.rglob(name), None) if executed.exists() else None
+        return asdict(outcome), feedback, kept.read_bytes() if kept else None
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def run_ray(config: dict, jobs: list[Job], on_result: Callable[[Result], None], *, address: str | None,
+            num_cpus: int, progress: Callable[[str], None]) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("--ray needs Ray: pip install -r requirements/course-cpu.txt (plain `ray`)") from None
+
+    package = Path(__file__).resolve().parent.parent  # lab_utils
+    started = False
+    if not ray.is_initialized():
+        if address:
+            # an existing cluster gets this checkout's lab_utils with every task
+            kwargs = {"address": address, "runtime_env": {"py_modules": [str(package)]}}
+        else:
+            path = os.pathsep.join(filter(None, [str(package.parent), os.environ.get("PYTHONPATH")]))
+            kwargs = {"num_cpus": num_cpus, "include_dashboard": False,
+                      "runtime_env": {"env_vars": {"PYTHONPATH": path}}}
+        try:
+            with _patient_ray_start(ray):
+                ray.init(log_to_driver=False, **kwargs)
+        except Exception as exc:
+            ray.shutdown()
+            raise RuntimeError(f"Ray did not start: {exc}") from exc
+        if not address:
+            progress(f"started a local Ray cluster with {num_cpus} CPU(s)")
+        started = True
+    try:
+        task = ray.remote(num_cpus=1, max_retries=1)(grade_shipped)
+        pending = {}
+        for job in jobs:
+            try:
+                files = _folder_bytes(job)
+            except (OSError, ValueError) as exc:
+                on_result((job, None, "", None, f"cannot ship the folder: {exc}"))
+                continue
+            ref = task.remote(config, job.student, job.lab, job.notebook.name, files)
+            pending[ref] = job
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                job = pending.pop(ref)
+                try:
+                    data, feedback, executed = ray.get(ref)
+                except Exception as exc:  # the task failed twice (worker died) or raised
+                    on_result((job, None, "", None, f"ray task failed: {type(exc).__name__}: {exc}"))
+                    continue
+                on_result((job, Outcome(**data), feedback, executed, ""))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+@contextlib.contextmanager
+def _patient_ray_start(ray):
+    """Let a local Ray node take longer than Ray's fixed 30 s to register (a loaded machine).
+
+    Ray 2.60's `Node.__init__` polls `ray._private.services.get_node` and gives up 30 s after the
+    raylet started (a constant in ray/_private/node.py). On a 2-core machine shared with other
+    work the node regularly needs longer. While `ray.init` runs, that lookup retries by itself
+    for up to RAY_START_WAIT_S (env LAB_RAY_START_WAIT_S) before it reports failure.
+    """
+    services = getattr(getattr(ray, "_private", None), "services", None)
+    original = getattr(services, "get_node", None)
+    if original is None:  # another Ray version: keep its own behaviour
+        yield
+        return
+
+    def get_node(*args, **kwargs):
+        deadline = time.monotonic() + RAY_START_WAIT_S
+        while True:
+            try:
+                return original(*args, **kwargs)
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+
+    services.get_node = get_node
+    try:
+        yield
+    finally:
+        services.get_node = original
+
+
+def error_outcome(job: Job, error: str, questions) -> Outcome:
+    outcome = Outcome(job.student, job.lab, status=Status.GRADER_ERROR.text(error[:200]))
+    for q in questions:
+        outcome.possible[q.id] = q.points
+        outcome.scores[q.id] = 0.0
+    return outcome
