@@ -255,9 +255,9 @@ def _(my_policy, rng, scenario):
         trace = make_trace(**tr)
         ref = _run(capacity_policy, trace, model)
         mine = _run(my_policy, trace, model)
-        # bounds the reference policy meets on this trace: its SLO attainment less 2 points (at most
+        # bounds the reference policy meets on this trace: its SLO attainment less 3 points (at most
         # 95% asked), and at most 25% more replica-hours
-        slo_ok = mine.slo_attainment >= min(ref.slo_attainment, 0.95) - 0.02
+        slo_ok = mine.slo_attainment >= min(ref.slo_attainment, 0.95) - 0.03
         cost_ok = mine.replica_hours <= 1.25 * ref.replica_hours
         passed += slo_ok and cost_ok
     if passed == 0:
