@@ -203,9 +203,10 @@ def simulate(trace: Trace, policy: Callable[[dict], int], model: ReplicaModel = 
                    "ttft_p95": p95, "capacity_rps": cap, "max_seqs": m.max_seqs, "interval_s": interval_s,
                    "min_replicas": min_replicas, "max_replicas": max_replicas,
                    "cold_start_s": m.cold_start_s, "ttft_slo_s": m.ttft_slo_s}
-            run.t.append(obs["t"]); run.replicas.append(obs["replicas"]); run.ready.append(ready)
-            run.rps.append(obs["rps"]); run.queue.append(queue); run.ttft_p95.append(p95)
-            run.util.append(obs["util"]); run.kv_usage.append(obs["kv_usage"])
+            for series, value in ((run.t, obs["t"]), (run.replicas, obs["replicas"]), (run.ready, ready),
+                                  (run.rps, obs["rps"]), (run.queue, queue), (run.ttft_p95, p95),
+                                  (run.util, obs["util"]), (run.kv_usage, obs["kv_usage"])):
+                series.append(value)
             run.attainment.append(acc_met / acc_arr if acc_arr else 1.0)
             want = int(policy(dict(obs)))
             want = max(min_replicas, min(max_replicas, want))
