@@ -111,7 +111,21 @@ def run_burst(url: str, prompts: list[str], max_new_tokens: int, stagger_s: floa
 
     from lab_utils.grading.provenance import stamp
 
-    before = len(httpx.get(url + "/stand-in/batches", timeout=30).json()["steps"])
+    # The stand-in logs every step; the real TGI does not, so there the batch size is sampled
+    # from its `tgi_batch_current_size` gauge every 50 ms while the burst runs.
+    stand_in = httpx.get(url + "/stand-in/batches", timeout=30).status_code == 200
+    before = len(httpx.get(url + "/stand-in/batches", timeout=30).json()["steps"]) if stand_in else 0
+    sampled: list[dict] = []
+    done = threading.Event()
+
+    def sample_gauge() -> None:
+        while not done.is_set():
+            for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+                if line.startswith("tgi_batch_current_size"):
+                    size = int(float(line.split()[-1]))
+                    if size:
+                        sampled.append({"t": time.perf_counter(), "kind": "decode", "batch_size": size})
+            done.wait(0.05)
     n = len(prompts)
     ttft, tpot, e2e, toks = [0.0] * n, [0.0] * n, [0.0] * n, [0] * n
     errors: list[str] = []
@@ -136,13 +150,17 @@ def run_burst(url: str, prompts: list[str], max_new_tokens: int, stagger_s: floa
         tpot[i] = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 0.0
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
+    sampler = None if stand_in else threading.Thread(target=sample_gauge, daemon=True)
+    for t in threads + ([sampler] if sampler else []):
         t.start()
     for t in threads:
         t.join()
+    done.set()
+    if sampler:
+        sampler.join()
     if errors:
         raise RuntimeError("; ".join(errors))
-    steps = httpx.get(url + "/stand-in/batches", timeout=30).json()["steps"][before:]
+    steps = httpx.get(url + "/stand-in/batches", timeout=30).json()["steps"][before:] if stand_in else sampled
     return stamp(RouterRun(ttft, tpot, e2e, toks, steps))
 
 
