@@ -219,3 +219,121 @@ def test_quantization_on_the_course_model():
     assert run.weight_bytes[1] < run.weight_bytes[0]
     assert run.perplexity(1) < run.perplexity(2)
     assert math.isfinite(run.perplexity(0)) and len(run.nll[0]) == 63
+
+
+# -- lab 08's graded questions ----------------------------------------------------------------
+def _solution_namespace(scen: dict) -> dict:
+    """Answers written the way a learner would (not importing the course's references)."""
+    torch = pytest.importorskip("torch")
+
+    def group_quantize(w, bits, group_size):
+        qmax = 2 ** (bits - 1) - 1
+        wg = w.reshape(w.shape[0], -1, group_size)
+        scale = (wg.abs().amax(dim=2, keepdim=True) / qmax).clamp(min=1e-12)
+        return torch.clamp(torch.round(wg / scale), -qmax, qmax).reshape(w.shape), scale.reshape(w.shape[0], -1)
+
+    def matrix_bytes(i, o, fmt, g=128):
+        n = i * o
+        return {"fp16": 2 * n, "fp8": n, "int4": -(-n // 2) + o * -(-i // g) * 2,
+                "nvfp4": -(-n // 2) + -(-n // 16) + 4}[fmt]
+
+    def max_sequences(gpu, w, other, f, per_token, seq_len, tpb):
+        return int(f * max(gpu - w - other, 0)) // (tpb * per_token) // -(-seq_len // tpb)
+
+    def fraction_needed(gpu, w, other, per_token, seq_len, tpb, n):
+        return next((k / 100 for k in range(1, 101)
+                     if max_sequences(gpu, w, other, k / 100, per_token, seq_len, tpb) >= n), None)
+
+    def predict_rms_error(w, bits, g):
+        scale = w.double().reshape(w.shape[0], -1, g).abs().amax(dim=2) / (2 ** (bits - 1) - 1)
+        return float((scale.pow(2).mean() / 12).sqrt())
+
+    spec = ModelSpec(**scen["model"])
+    from lab_utils.memory import GPUS, GiB
+    seqs = max_sequences(GPUS[scen["gpu"]].memory_bytes, weight_bytes_in(spec, scen["weights"]),
+                         int(scen["other_gib"] * GiB), scen["fraction"],
+                         kv_cache_bytes_per_token(spec, "fp8" if scen["kv_dtype"] == "fp8" else "float16"),
+                         scen["seq_len"], scen["tokens_per_block"])
+    from lab_utils.grading.questions.lab08 import _course_matrix
+    w = _course_matrix(scen["layer"], scen["proj"])
+    return {"group_quantize": group_quantize, "matrix_bytes": matrix_bytes, "max_sequences": max_sequences,
+            "scenario_sequences": seqs, "fraction_needed": fraction_needed,
+            "legacy_to_llm_api": _learner_legacy,
+            "predict_rms_error": predict_rms_error,
+            "predicted_rms": {g: predict_rms_error(w, 4, g) for g in scen["group_sizes"]}}
+
+
+def _learner_legacy(flags):
+    names = {"tp_size": "tensor_parallel_size", "pp_size": "pipeline_parallel_size",
+             "enable_chunked_context": "enable_chunked_prefill", "tokens_per_block": "kv.tokens_per_block",
+             "kv_cache_free_gpu_mem_fraction": "kv.free_gpu_memory_fraction", "max_tokens_in_paged_kv_cache":
+             "kv.max_tokens", "enable_kv_cache_reuse": "kv.enable_block_reuse", "kv_cache_dtype": "kv.dtype"}
+    keep = {"max_batch_size", "max_num_tokens", "max_seq_len", "max_beam_width", "dtype"}
+    out = {}
+    for k, v in flags.items():
+        if k in keep:
+            out[k] = v
+        elif k in names and names[k].startswith("kv."):
+            out.setdefault("kv_cache_config", {})[names[k][3:]] = v
+        elif k in names:
+            out[names[k]] = v
+    if "max_seq_len" not in out and "max_input_len" in flags:
+        out["max_seq_len"] = flags["max_input_len"] + flags["max_output_len"]
+    return out
+
+
+def _course_model_present() -> bool:
+    from lab_utils.models import cache_dir
+
+    return (cache_dir() / "models" / "SmolLM2-135M-Instruct" / "model.safetensors").exists()
+
+
+@pytest.mark.skipif(not _course_model_present(), reason="needs the prepared course model (make model)")
+@pytest.mark.parametrize("seed", [0, 777])
+def test_lab08_solution_answers_score_full_and_mistakes_do_not(seed):
+    from lab_utils.grading import lab_scenario, questions_for, score_graded
+
+    scen = lab_scenario("08", seed)
+    ns = _solution_namespace(scen)
+    qs = {q.id: q for q in questions_for("08")}
+    assert len(qs) >= 6
+    for qid, q in qs.items():
+        if qid == "08.quant_run":
+            continue  # a measured answer: the notebook run proves it (tests/test_notebooks.py)
+        r = score_graded(q, ns, seed)
+        assert r.earned == r.points, f"{qid}: {r.status} {r.message}"
+    # plausible mistakes: truncation instead of rounding, the fraction of the whole GPU, a typed value
+    import torch
+    wrong = dict(ns)
+    wrong["group_quantize"] = lambda w, b, g: (ns["group_quantize"](w, b, g)[0].trunc(), ns["group_quantize"](w, b, g)[1])
+
+    def trunc(w, bits, g):
+        qmax = 2 ** (bits - 1) - 1
+        wg = w.reshape(w.shape[0], -1, g)
+        scale = (wg.abs().amax(dim=2, keepdim=True) / qmax).clamp(min=1e-12)
+        return torch.clamp(torch.trunc(wg / scale), -qmax, qmax).reshape(w.shape), scale.reshape(w.shape[0], -1)
+
+    wrong["group_quantize"] = trunc
+    wrong["max_sequences"] = lambda gpu, w, o, f, pt, L, b: int(f * gpu - w - o) // (b * pt) // -(-L // b)
+    wrong["scenario_sequences"] = ns["scenario_sequences"] + 1
+    wrong["legacy_to_llm_api"] = lambda flags: {k: v for k, v in flags.items() if "plugin" not in k}
+    wrong["predicted_rms"] = {g: v * 1.05 for g, v in ns["predicted_rms"].items()}
+    for qid in ("08.group_quantize", "08.max_sequences", "08.legacy_to_llm_api", "08.predicted_rms"):
+        assert score_graded(qs[qid], wrong, seed).earned == 0, qid
+
+
+def test_lab08_scenario_references_agree_with_the_library():
+    from lab_utils.grading import lab_scenario
+    from lab_utils.grading.questions import lab08
+
+    for seed in range(8):
+        scen = lab_scenario("08", seed)
+        spec = ModelSpec(**scen["model"])
+        gpu, w, other, per_token = lab08._scenario_inputs(scen)
+        assert w == weight_bytes_in(spec, scen["weights"])
+        assert per_token == kv_cache_bytes_per_token(spec, "fp8" if scen["kv_dtype"] == "fp8" else "float16")
+        assert lab08._ref_seqs(gpu, w, other, scen["fraction"], per_token, scen["seq_len"],
+                               scen["tokens_per_block"]) == concurrent_sequences(
+            gpu, w, other, scen["fraction"], per_token, scen["seq_len"], scen["tokens_per_block"])
+        assert lab08._plain(lab08._ref_legacy(scen["legacy_flags"])) == lab08._plain(
+            legacy_to_llm_api(scen["legacy_flags"]))

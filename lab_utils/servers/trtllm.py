@@ -33,18 +33,32 @@ from pathlib import Path
 from .base import HOST, ServerProcess, ServerStartError
 
 
-def trtllm_available() -> tuple[bool, str]:
-    """(usable, reason): TensorRT-LLM needs an NVIDIA GPU and the `tensorrt_llm` package."""
-    import importlib.util
+def trtllm_serve_path() -> str | None:
+    """The trtllm-serve executable: $TRTLLM_SERVE, then <repo>/.venv-trtllm/bin, then PATH.
 
+    TensorRT-LLM pins its own torch and CUDA builds, which clash with vLLM's, so the course installs
+    it in its own environment (.venv-trtllm, see README) and only runs its server from there.
+    """
+    import os
+
+    from ..runtime import repo_root
+
+    for candidate in (os.environ.get("TRTLLM_SERVE"), str(repo_root() / ".venv-trtllm" / "bin" / "trtllm-serve")):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("trtllm-serve")
+
+
+def trtllm_available() -> tuple[bool, str]:
+    """(usable, reason): TensorRT-LLM needs an NVIDIA GPU and an installed `trtllm-serve`."""
     from ..runtime import cuda_available
 
     if not cuda_available():
         return False, "no CUDA device: TensorRT-LLM runs only on NVIDIA GPUs"
-    if importlib.util.find_spec("tensorrt_llm") is None:
-        return False, ("the tensorrt_llm package is not installed: see README (TensorRT-LLM on a GPU "
-                       "machine) or requirements/course-gpu.txt")
-    return True, "CUDA and tensorrt_llm present"
+    if trtllm_serve_path() is None:
+        return False, ("trtllm-serve is not installed: see README, 'TensorRT-LLM on a GPU machine' "
+                       "(.venv-trtllm, or set TRTLLM_SERVE)")
+    return True, "CUDA and trtllm-serve present"
 
 
 class TRTLLMServer(ServerProcess):
@@ -65,8 +79,7 @@ class TRTLLMServer(ServerProcess):
             model = course_model_path()
         self.model = str(model)
         self.options = dict(options or {})
-        exe = shutil.which("trtllm-serve")
-        argv = [exe or "trtllm-serve"]  # the console script installed with tensorrt_llm
+        argv = [trtllm_serve_path() or "trtllm-serve"]  # the console script installed with tensorrt_llm
         argv += [self.model, "--host", "{host}", "--port", "{port}"]
         for flag, value in (("--max_batch_size", max_batch_size), ("--max_num_tokens", max_num_tokens),
                             ("--max_seq_len", max_seq_len), ("--tp_size", tensor_parallel_size)):
@@ -133,4 +146,4 @@ class TRTLLMServer(ServerProcess):
         return code
 
 
-__all__ = ["TRTLLMServer", "trtllm_available"]
+__all__ = ["TRTLLMServer", "trtllm_available", "trtllm_serve_path"]
