@@ -407,20 +407,24 @@ def check_console(s: Session) -> None:
     assert not s.console_errors, f"{s.name}: browser console errors:\n" + "\n".join(s.console_errors)
 
 
-_COLOURED_JS = """async img => {
-    // share of pixels with a saturated colour (requests' blocks and bars); greys and white do not count
-    await img.decode();   // a loaded image may not be decoded yet; drawImage would then draw nothing
-    const c = document.createElement('canvas');
-    c.width = img.naturalWidth; c.height = img.naturalHeight;
-    const g = c.getContext('2d'); g.drawImage(img, 0, 0);
-    const d = g.getImageData(0, 0, c.width, c.height).data;
-    let n = 0;
-    for (let i = 0; i < d.length; i += 4) {
-        const hi = Math.max(d[i], d[i + 1], d[i + 2]), lo = Math.min(d[i], d[i + 1], d[i + 2]);
-        if (hi - lo > 60) n++;
-    }
-    return n / (c.width * c.height);
+# a blob: URL (ipywidgets.Image) read back as base64 from inside the page
+_BLOB_JS = """async img => {
+    const u = new Uint8Array(await (await fetch(img.src)).arrayBuffer());
+    let s = '';
+    for (let k = 0; k < u.length; k += 0x8000) s += String.fromCharCode(...u.subarray(k, k + 0x8000));
+    return btoa(s);
 }"""
+
+
+def _coloured_share(png: bytes) -> float:
+    """Share of pixels with a saturated colour (requests' blocks and bars); greys and white do not count."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rgb = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+    return float(((rgb.max(axis=2) - rgb.min(axis=2)) > 60).mean())
 
 
 def _image(box, css: str):
@@ -451,7 +455,13 @@ def _wait_redraw(box, css: str, before: str, what: str, timeout_ms: int) -> str:
 
 
 def _coloured(box, css: str) -> float:
-    return _image(box, css).evaluate(_COLOURED_JS)
+    """The coloured share of the picture the page shows (once the browser has loaded it), decoded here."""
+    import base64
+
+    img = _image(box, css)
+    src = img.get_attribute("src") or ""
+    data = src.split(",", 1)[1] if src.startswith("data:") else img.evaluate(_BLOB_JS)
+    return _coloured_share(base64.b64decode(data))
 
 
 MIN_COLOURED = 0.005   # a frame with one request's blocks colours several percent of the picture
@@ -511,7 +521,11 @@ def check_timeline_explorer(box, label: str, timeout_ms: int = STEP_TIMEOUT_MS) 
     bb = load.bounding_box()
     box.page.mouse.click(bb["x"] + 0.85 * bb["width"], bb["y"] + bb["height"] / 2)
     before = _wait_redraw(box, picture, before, "a click on the load slider's track", timeout_ms)
-    assert summary.inner_text() != text, "the summary line did not follow the load slider"
+    try:    # the kernel sends the new picture, then the new summary line
+        box.page.wait_for_function("([e, t]) => e.textContent !== t", arg=[summary.element_handle(), text],
+                                   timeout=timeout_ms)
+    except Exception:
+        raise AssertionError("the summary line did not follow the load slider") from None
     _shot(box, f"{label}-2-click")
 
     box.locator("select").first.select_option("static")
