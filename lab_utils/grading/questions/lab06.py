@@ -135,8 +135,10 @@ _NO_EQUIVALENT = ("--max-input-tokens", "--max-batch-total-tokens", "--max-concu
                   "--waiting-served-ratio", "--max-waiting-tokens")
 _DIRECT = {"--model-id": "--model", "--num-shard": "--tensor-parallel-size", "--max-total-tokens": "--max-model-len",
            "--max-batch-prefill-tokens": "--max-num-batched-tokens", "--max-batch-size": "--max-num-seqs"}
-_QUANT = {"awq": "awq", "gptq": "gptq", "fp8": "fp8", "bitsandbytes-nf4": "bitsandbytes",
-          "bitsandbytes": "bitsandbytes", "eetq": None, "exl2": None}
+# vLLM 0.32's quantization methods (vllm.model_executor.layers.quantization.QUANTIZATION_METHODS)
+# include awq, gptq, fp8 and compressed-tensors; not bitsandbytes, eetq or exl2.
+_QUANT = {"awq": "awq", "gptq": "gptq", "fp8": "fp8", "compressed-tensors": "compressed-tensors",
+          "bitsandbytes-nf4": None, "bitsandbytes": None, "eetq": None, "exl2": None}
 
 
 def _migrate(launch: dict) -> dict:
