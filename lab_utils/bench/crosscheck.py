@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import threading
 
 # `pip install --dry-run guidellm` against the course environment, 2026-12-01 (guidellm 0.8.1):
 # it would downgrade click 8.5.1 -> 8.4.2 and multidict 7.2.1 -> 6.9.1 (aiohttp's, which vLLM's
@@ -77,8 +78,21 @@ def crosscheck(server, *, num_prompts: int = 12, concurrency: int = 4, input_len
     args = vllm_bench_args(server, num_prompts=num_prompts, concurrency=concurrency,
                            input_len=input_len, output_len=output_len)
     prompts = bench_prompts(args)
-    with contextlib.redirect_stdout(io.StringIO()):
-        ref = bench_main(args)
+    box: dict = {}
+
+    def target() -> None:  # vLLM's main calls asyncio.run: give it a thread without Jupyter's loop
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                box["ref"] = bench_main(args)
+        except BaseException as exc:
+            box["error"] = exc
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    th.join()
+    if "error" in box:
+        raise box["error"]
+    ref = box["ref"]
     ours = run_load(server.base_url, server.model_name, prompts, concurrency=concurrency,
                     max_tokens=output_len, ignore_eos=True, api_key=server.api_key)
     s = ours.summary
