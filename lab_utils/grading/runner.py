@@ -27,7 +27,13 @@ from .gradebook import Job, Outcome
 from .sandbox import Status
 
 MAX_FOLDER_BYTES = 200 * 2**20  # a student's folder shipped to a Ray task
-RAY_START_WAIT_S = float(os.environ.get("LAB_RAY_START_WAIT_S", 300))
+RAY_START_WAIT_S = float(os.environ.get("LAB_RAY_START_WAIT_S", 120))
+# Ray's own start-up timeouts, raised for a local cluster on a loaded machine (its raylet gives up
+# after 15 s when the metrics agent is slow to start, its workers after 60 s); the local cluster's
+# processes read them from the environment. Values already set by the instructor win.
+RAY_PATIENCE = {"RAY_agent_register_timeout_ms": str(int(RAY_START_WAIT_S * 1000)),
+                "RAY_worker_register_timeout_seconds": str(int(RAY_START_WAIT_S)),
+                "RAY_raylet_start_wait_time_s": str(int(RAY_START_WAIT_S))}
 
 Result = tuple[Job, Outcome | None, str, bytes | None, str]  # job, outcome, feedback, executed, error
 
@@ -122,6 +128,8 @@ def run_ray(config: dict, jobs: list[Job], on_result: Callable[[Result], None], 
             # an existing cluster gets this checkout's lab_utils with every task
             kwargs = {"address": address, "runtime_env": {"py_modules": [str(package)]}}
         else:
+            for name, value in RAY_PATIENCE.items():
+                os.environ.setdefault(name, value)
             path = os.pathsep.join(filter(None, [str(package.parent), os.environ.get("PYTHONPATH")]))
             kwargs = {"num_cpus": num_cpus, "include_dashboard": False,
                       "runtime_env": {"env_vars": {"PYTHONPATH": path}}}
@@ -160,18 +168,32 @@ def run_ray(config: dict, jobs: list[Job], on_result: Callable[[Result], None], 
             ray.shutdown()
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 @contextlib.contextmanager
 def _patient_ray_start(ray):
-    """Let a local Ray node take longer than Ray's fixed 30 s to register (a loaded machine).
+    """Let a local Ray node start on a loaded machine (both limits are constants in Ray 2.60).
 
-    Ray 2.60's `Node.__init__` polls `ray._private.services.get_node` and gives up 30 s after the
-    raylet started (a constant in ray/_private/node.py). On a 2-core machine shared with other
-    work the node regularly needs longer. While `ray.init` runs, that lookup retries by itself
-    for up to RAY_START_WAIT_S (env LAB_RAY_START_WAIT_S) before it reports failure.
+    1. The raylet waits 15 s for the dashboard agent to write its ports to files and otherwise
+       aborts (ray-project/ray issue 65983, open); Ray's documented workaround is fixed ports, so
+       every agent port left at "pick one" gets a free port chosen here.
+    2. `Node.__init__` gives up 30 s after the raylet started; while `ray.init` runs, its node
+       lookup (`ray._private.services.get_node`) retries for up to RAY_START_WAIT_S
+       (env LAB_RAY_START_WAIT_S).
+    Both patches are undone when `ray.init` returns; another Ray version keeps its own behaviour.
     """
-    services = getattr(getattr(ray, "_private", None), "services", None)
-    original = getattr(services, "get_node", None)
-    if original is None:  # another Ray version: keep its own behaviour
+    private = getattr(ray, "_private", None)
+    services = getattr(private, "services", None)
+    params = getattr(getattr(private, "parameter", None), "RayParams", None)
+    original_get = getattr(services, "get_node", None)
+    original_init = getattr(params, "__init__", None)
+    if original_get is None or original_init is None:
         yield
         return
 
@@ -179,17 +201,26 @@ def _patient_ray_start(ray):
         deadline = time.monotonic() + RAY_START_WAIT_S
         while True:
             try:
-                return original(*args, **kwargs)
+                return original_get(*args, **kwargs)
             except RuntimeError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(1.0)
 
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        for name in ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port",
+                     "runtime_env_agent_port"):
+            if hasattr(self, name) and not getattr(self, name):
+                setattr(self, name, _free_port())
+
     services.get_node = get_node
+    params.__init__ = init
     try:
         yield
     finally:
-        services.get_node = original
+        services.get_node = original_get
+        params.__init__ = original_init
 
 
 def error_outcome(job: Job, error: str, questions) -> Outcome:
