@@ -26,10 +26,10 @@ _ENGINE_RUN = "lab_utils.engine.measure:EngineRun"
 def _(rng):
     """Three requests of random token ids for the block prediction and the forced preemption."""
     block_size = rng.choice([4, 8])
-    # every request grows by at least two blocks, so a cache that admits all three must preempt
+    # every request grows by at least one block, so a cache that admits all three must preempt
     return {"block_size": block_size,
             "prompt_lens": [rng.randint(6, 24) for _ in range(3)],
-            "max_tokens": rng.randint(2 * block_size + 1, 2 * block_size + 6),
+            "max_tokens": rng.randint(block_size + 1, block_size + 6),
             "token_seed": rng.randrange(1_000_000)}
 
 
@@ -46,8 +46,8 @@ def _ref_blocks(scen: dict) -> list[int]:
 def _(slot_for):
     """Where token `position` of a request lives in the flat paged cache, given its block table."""
     got = int(slot_for([7, 2, 9], 0, 4))
-    assert 28 <= got < 32, ("position 0 with block table [7, 2, 9] and 4-token blocks is not in "
-                            "physical block 7: which rows of the flat cache does a block own?")
+    assert 28 <= got < 32, ("block table [7, 2, 9], 4-token blocks, position 0: your slot lies outside "
+                            "physical block 7. Which rows of the flat cache does a block own?")
     a, b = int(slot_for([7, 2, 9], 4, 4)), int(slot_for([7, 2, 9], 5, 4))
     assert b == a + 1 and a // 4 == 2, ("consecutive positions inside one logical block should be "
                                         "neighbouring rows of that block's physical block")
