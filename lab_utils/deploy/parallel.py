@@ -1,0 +1,126 @@
+"""Tensor, pipeline and data parallelism: memory per GPU, KV capacity, and the rules that limit them.
+
+    tensor parallel (TP)   every layer's matrices split across TP GPUs; attention heads split, so
+                           TP must divide the query heads, and the KV heads are split (KV % TP == 0)
+                           or replicated (TP % KV == 0). An all-reduce after every layer: keep TP
+                           inside one NVLink domain (a node of at most 8 GPUs here).
+    pipeline parallel (PP) layers split into PP stages on different GPUs; only activations cross
+                           between stages, so it spans nodes, but a stage idles while the pipeline
+                           fills and drains: the bubble (PP - 1) / (M + PP - 1) for M micro-batches.
+    data parallel (DP)     whole copies (replicas) behind a router; no communication between them.
+
+`per_gpu_memory` uses lab_utils.memory's terms: weights / (TP x PP), the activation peak of one
+layer with its MLP split TP ways, the runtime overhead, and what is left of the budget for KV
+blocks. Each GPU holds K and V only for its own stage's layers and its own KV heads, so a
+replica's token capacity is what one of its GPUs can hold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..memory import GiB, ModelSpec, activation_bytes, dtype_bytes, get_gpu, kv_heads_per_gpu, runtime_overhead_bytes, weight_bytes
+
+NODE_GPUS = 8  # GPUs in one NVLink domain (an HGX node)
+
+
+def parallel_problems(spec: ModelSpec, tp: int, pp: int = 1, gpus_per_node: int = NODE_GPUS) -> list[str]:
+    """Why (TP, PP) cannot serve `spec`; [] when it can."""
+    out = []
+    if tp < 1 or pp < 1:
+        return ["TP and PP are at least 1"]
+    if spec.num_attention_heads % tp:
+        out.append(f"TP={tp} does not divide the {spec.num_attention_heads} attention heads")
+    kv = spec.num_kv_heads
+    if kv % tp and tp % kv:
+        out.append(f"TP={tp} neither divides the {kv} KV heads nor is a multiple of them")
+    if tp > gpus_per_node:
+        out.append(f"TP={tp} spans more than one {gpus_per_node}-GPU NVLink domain (an all-reduce per layer)")
+    if pp > spec.num_layers:
+        out.append(f"PP={pp} exceeds the {spec.num_layers} layers")
+    return out
+
+
+@dataclass(frozen=True)
+class ParallelMemory:
+    """One GPU of a (TP, PP) replica: bytes of each term and the KV tokens the replica holds."""
+
+    tp: int
+    pp: int
+    gpu: str
+    budget_bytes: int
+    weights_bytes: int
+    activation_bytes: int
+    overhead_bytes: int
+    kv_bytes: int  # budget left for KV blocks (negative: does not fit)
+    kv_bytes_per_token: int  # on this GPU: its stage's layers, its KV heads
+    kv_tokens: int  # tokens the replica's KV cache holds
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_tokens > 0
+
+    def concurrency(self, max_model_len: int) -> int:
+        """Requests of max_model_len tokens the replica holds at once."""
+        return self.kv_tokens // int(max_model_len)
+
+    def as_row(self) -> dict:
+        return {"TP": self.tp, "PP": self.pp, "GPUs": self.tp * self.pp,
+                "weights GiB/GPU": round(self.weights_bytes / GiB, 2),
+                "activations GiB": round(self.activation_bytes / GiB, 2),
+                "overhead GiB": round(self.overhead_bytes / GiB, 2),
+                "KV GiB/GPU": round(self.kv_bytes / GiB, 2), "KV tokens": self.kv_tokens}
+
+
+def per_gpu_memory(spec: ModelSpec, gpu: str, tp: int = 1, pp: int = 1, *, weights: str = "bfloat16",
+                   kv_cache_dtype: str = "bfloat16", gpu_memory_utilization: float = 0.9) -> ParallelMemory:
+    """Memory of one GPU in a TP x PP replica of `spec` (see the module docstring for the terms)."""
+    g = get_gpu(gpu)
+    n = tp * pp
+    w = -(-weight_bytes(spec, weights) // n)
+    act = activation_bytes(spec, 8192, 256, tp)
+    over = runtime_overhead_bytes(n)
+    budget = int(gpu_memory_utilization * g.memory_bytes)
+    left = budget - w - act - over
+    per_token = 2 * math.ceil(spec.num_layers / pp) * kv_heads_per_gpu(spec, tp) * spec.head_dim * dtype_bytes(kv_cache_dtype)
+    tokens = max(0, left) // per_token
+    return ParallelMemory(tp, pp, g.name, budget, w, act, over, left, per_token, tokens)
+
+
+def bubble_fraction(pp: int, microbatches: int) -> float:
+    """Share of a pipeline's GPU time spent idle while it fills and drains (GPipe schedule)."""
+    return (pp - 1) / (microbatches + pp - 1)
+
+
+def reference_plan(spec: ModelSpec, gpu: str, slo: dict, *, max_pp: int = 8) -> tuple[int, int, int]:
+    """(TP, PP, replicas) serving slo["concurrent_requests"] requests of slo["max_model_len"] tokens.
+
+    Candidates: every allowed TP within one node (slo.get("gpus_per_node", 8)) with PP = 1, and
+    PP = 2..max_pp only at the largest allowed TP (pipeline stages cross nodes; inside a node TP
+    is better: it cuts per-token latency, PP does not). Among the candidates that hold at least
+    one request: the fewest GPUs in total (TP x PP x replicas); ties go to the smaller PP (no
+    bubble), then to fewer GPUs per replica (more replicas, smaller failure domains).
+    """
+    length, want = int(slo["max_model_len"]), int(slo["concurrent_requests"])
+    node = int(slo.get("gpus_per_node", NODE_GPUS))
+    allowed = [tp for tp in range(1, node + 1) if not parallel_problems(spec, tp, 1, node)]
+    candidates = [(tp, 1) for tp in allowed] + [(allowed[-1], pp) for pp in range(2, max_pp + 1)]
+    best = None
+    for tp, pp in candidates:
+        if parallel_problems(spec, tp, pp, node):
+            continue
+        per_replica = per_gpu_memory(spec, gpu, tp, pp).concurrency(length)
+        if per_replica < 1:
+            continue
+        replicas = -(-want // per_replica)
+        key = (tp * pp * replicas, pp, tp * pp)
+        if best is None or key < best[0]:
+            best = (key, (tp, pp, replicas))
+    if best is None:
+        raise ValueError(f"{spec.name} with {length}-token requests fits no TP<={node} x PP<={max_pp} of {gpu}")
+    return best[1]
+
+
+__all__ = ["NODE_GPUS", "ParallelMemory", "bubble_fraction", "parallel_problems", "per_gpu_memory",
+           "reference_plan"]
