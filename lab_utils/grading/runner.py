@@ -14,6 +14,7 @@ next run. Ray is imported only when asked for.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import shutil
 import tempfile
@@ -168,21 +169,16 @@ def run_ray(config: dict, jobs: list[Job], on_result: Callable[[Result], None], 
             ray.shutdown()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def _patient_ray_start(ray):
     """Let a local Ray node start on a loaded machine (both limits are constants in Ray 2.60).
 
-    1. The raylet waits 15 s for the dashboard agent to write its ports to files and otherwise
-       aborts (ray-project/ray issue 65983, open); Ray's documented workaround is fixed ports, so
-       every agent port left at "pick one" gets a free port chosen here.
+    1. The raylet waits 15 s for its dashboard agent to write its ports to files, then aborts
+       (ray-project/ray issue 65983, open). With plain `ray` (no dashboard extras) the agent runs
+       in minimal mode and always writes -1 ("not in use") for its listen and metrics ports, so
+       those files are written with -1 before the raylet starts (the agent later writes the same),
+       and the runtime-env agent gets a fixed free port written the same way (it binds the port
+       it is given).
     2. `Node.__init__` gives up 30 s after the raylet started; while `ray.init` runs, its node
        lookup (`ray._private.services.get_node`) retries for up to RAY_START_WAIT_S
        (env LAB_RAY_START_WAIT_S).
@@ -190,10 +186,20 @@ def _patient_ray_start(ray):
     """
     private = getattr(ray, "_private", None)
     services = getattr(private, "services", None)
-    params = getattr(getattr(private, "parameter", None), "RayParams", None)
+    raylet = getattr(ray, "_raylet", None)
     original_get = getattr(services, "get_node", None)
-    original_init = getattr(params, "__init__", None)
-    if original_get is None or original_init is None:
+    original_start = getattr(services, "start_raylet", None)
+    names = [getattr(raylet, n, None) for n in ("DASHBOARD_AGENT_LISTEN_PORT_NAME", "METRICS_AGENT_PORT_NAME",
+                                                 "METRICS_EXPORT_PORT_NAME")]
+    persist = getattr(raylet, "persist_port", None)
+    dependency_error = getattr(getattr(private, "utils", None), "get_dashboard_dependency_error", None)
+    if None in (original_get, original_start, persist, dependency_error, *names):
+        yield
+        return
+    minimal = dependency_error() is not None
+    params = inspect.signature(original_start).parameters
+    runtime_env_name = getattr(raylet, "RUNTIME_ENV_AGENT_PORT_NAME", None)
+    if runtime_env_name is None:
         yield
         return
 
@@ -207,20 +213,34 @@ def _patient_ray_start(ray):
                     raise
                 time.sleep(1.0)
 
-    def init(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        for name in ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port",
-                     "runtime_env_agent_port"):
-            if hasattr(self, name) and not getattr(self, name):
-                setattr(self, name, _free_port())
+    def start_raylet(*args, **kwargs):
+        bound = inspect.signature(original_start).bind(*args, **kwargs)
+        given = bound.arguments
+        session_dir, node_id = given.get("session_dir"), given.get("node_id")
+        if minimal and session_dir and node_id:
+            for name in names:
+                persist(session_dir, node_id, name, -1)
+            if "runtime_env_agent_port" in given or "runtime_env_agent_port" in params:
+                port = given.get("runtime_env_agent_port") or _free_port()
+                given["runtime_env_agent_port"] = port  # the agent binds the port it is given
+                persist(session_dir, node_id, runtime_env_name, port)
+        return original_start(*bound.args, **bound.kwargs)
 
     services.get_node = get_node
-    params.__init__ = init
+    services.start_raylet = start_raylet
     try:
         yield
     finally:
         services.get_node = original_get
-        params.__init__ = original_init
+        services.start_raylet = original_start
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def error_outcome(job: Job, error: str, questions) -> Outcome:
