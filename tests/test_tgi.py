@@ -285,3 +285,25 @@ def test_metrics_have_tgis_names(router):
     for name in ("tgi_queue_size", "tgi_batch_current_size", "tgi_request_count", "tgi_request_success",
                  "tgi_request_duration_bucket", "tgi_request_failure"):
         assert name in text, name
+
+
+def test_launchers_build_the_commands_without_starting():
+    from lab_utils.servers.tgi import TGIContainer, TGIServer
+
+    srv = TGIServer(api_key="k3y", max_input_tokens=64, max_total_tokens=128, max_batch_total_tokens=512)
+    assert "-m" in srv.argv and "lab_utils.tgi" in srv.argv and "k3y" not in " ".join(srv.argv)
+    assert srv.env == {"TGI_STAND_IN_API_KEY": "k3y"}  # the key stays off the command line
+    cmd = TGIContainer.docker_command("m", volume="/tmp/d", image="ghcr.io/huggingface/text-generation-inference:3.3.7",
+                                      num_shard=2, quantize="awq", shm_size="1g", config=TGIConfig())
+    assert cmd[cmd.index("--num-shard") + 1] == "2" and "--shm-size" in cmd and "HF_TOKEN" in cmd
+    with pytest.raises(ValueError, match="pin"):
+        TGIContainer("m", image="ghcr.io/huggingface/text-generation-inference:latest")
+
+
+def test_chat_response_format_becomes_a_grammar():
+    from lab_utils.tgi.chat import _grammar
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert _grammar({"type": "json", "value": schema}) == {"type": "json", "value": schema}
+    assert _grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}) == {"type": "json", "value": schema}
+    assert _grammar(None) is None
