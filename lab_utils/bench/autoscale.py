@@ -269,6 +269,31 @@ def capacity_policy(obs: dict, target: float = 0.7) -> int:
     return max(1, math.ceil(need + drain))
 
 
+def seed_policy(queue_up: float = 100, p95_up_s: float = 2.0, util_down: float = 0.4,
+                down_after_s: float = 600) -> Callable[[dict], int]:
+    """The rule in the course seeds: up on queue > 100 or p95 > 2 s; down after 10 min of utilisation < 40%.
+
+    A fresh policy (it remembers how long utilisation has been low) for each simulation.
+    """
+    state = {"low_since": None}
+
+    def seed_rule(obs: dict) -> int:
+        r = obs["replicas"]
+        if obs["queue"] > queue_up or obs["ttft_p95"] > p95_up_s:
+            state["low_since"] = None
+            return r + 1
+        if obs["util"] < util_down:
+            if state["low_since"] is None:
+                state["low_since"] = obs["t"]
+            if obs["t"] - state["low_since"] >= down_after_s:
+                state["low_since"] = obs["t"]
+                return r - 1
+        else:
+            state["low_since"] = None
+        return r
+    return seed_rule
+
+
 def fixed_policy(n: int) -> Callable[[dict], int]:
     """Always n replicas (a baseline)."""
     def fixed(obs: dict) -> int:
@@ -310,4 +335,4 @@ def plot_runs(trace: Trace, runs: list[AutoscaleRun], title: str = ""):
 
 
 __all__ = ["AutoscaleRun", "ReplicaModel", "Trace", "capacity_policy", "compare", "fixed_policy", "make_trace",
-           "plot_runs", "queue_policy", "simulate", "utilisation_policy"]
+           "plot_runs", "queue_policy", "seed_policy", "simulate", "utilisation_policy"]
