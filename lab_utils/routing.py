@@ -15,7 +15,12 @@ re-derive every figure.
 
 Requests carry their tenant in the `X-Tenant-ID` header, which the router's `consistent_hash`
 policy uses as its key (after X-Session-ID and X-User-ID); `cache_aware` ignores it and matches
-the prompt text against what it sent to each worker.
+the prompt against what it sent to each worker. vllm-router 0.1.17's `cache_aware` matches *token
+ids*: a chat or text request reaches it without them and is routed without any prefix match (the
+router's metric `vllm_router_prefix_routing_decisions_total{outcome="missing_tokens"}` counts
+them; seen 2026-12-01). So with a tokenizer `measure_policy` sends each request to
+`/v1/completions` as the token ids of the chat-templated prompt, which vLLM accepts as a prompt
+and the router can match.
 """
 
 from __future__ import annotations
@@ -140,13 +145,23 @@ class RoutingRun:
                 "output_tokens_per_s": s.output_tokens_per_s, "errors": s.num_errors}
 
 
+def prompt_token_ids(req: TenantRequest, tokenizer) -> list[int]:
+    """The token ids of a request's chat-templated prompt (what vLLM would compute from the chat)."""
+    ids = tokenizer.apply_chat_template(req.messages, tokenize=True, add_generation_prompt=True)
+    if hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]
+
+
 async def _drive(base_url: str, model: str, workload: Sequence[TenantRequest], concurrency: int,
-                 max_tokens: int, timeout: float) -> LoadResult:
+                 max_tokens: int, timeout: float, tokenizer=None) -> LoadResult:
     import httpx
 
     from .clients.loadgen import _one_request  # the load generator's own streaming request
 
-    url = base_url.rstrip("/") + "/chat/completions"
+    endpoint = "chat" if tokenizer is None else "completions"
+    url = base_url.rstrip("/") + ("/chat/completions" if tokenizer is None else "/completions")
+    prompts = None if tokenizer is None else [prompt_token_ids(w, tokenizer) for w in workload]
     records: list[RequestRecord] = []
     started_at = time.time()
     t0 = time.perf_counter()
@@ -158,16 +173,20 @@ async def _drive(base_url: str, model: str, workload: Sequence[TenantRequest], c
                 req = workload[i]
                 rec = RequestRecord(request_id=i, start=time.perf_counter() - t0)
                 records.append(rec)
-                body = {"model": model, "messages": req.messages, "max_tokens": max_tokens, "temperature": 0.0,
+                body = {"model": model, "max_tokens": max_tokens, "temperature": 0.0,
                         "stream": True, "stream_options": {"include_usage": True}}
+                if prompts is None:
+                    body["messages"] = req.messages
+                else:
+                    body["prompt"] = prompts[i]
                 headers = {"Authorization": "Bearer EMPTY", "X-Tenant-ID": req.tenant}
-                await _one_request(client, url, headers, body, "chat", rec, t0, timeout)
+                await _one_request(client, url, headers, body, endpoint, rec, t0, timeout)
 
         await asyncio.gather(*(worker() for _ in range(min(concurrency, len(workload)))))
     duration = time.perf_counter() - t0
     records.sort(key=lambda r: r.request_id)
     settings = {"num_requests": len(workload), "concurrency": concurrency, "rate": None, "max_tokens": max_tokens,
-                "temperature": 0.0, "endpoint": "chat", "ignore_eos": False, "seed": 0, "duration_s": duration}
+                "temperature": 0.0, "endpoint": endpoint, "ignore_eos": False, "seed": 0, "duration_s": duration}
     return LoadResult(records, summarize(records, duration), started_at, settings)
 
 
@@ -193,35 +212,49 @@ def _run(coro):
 
 
 def measure_policy(router, replicas, workload: Sequence[TenantRequest], *, model: str | None = None,
-                   concurrency: int = 2, max_tokens: int = 8, timeout: float = 300.0) -> RoutingRun:
-    """Send `workload` through `router` (streaming chat) and read every replica's prefix-cache counters.
+                   concurrency: int = 2, max_tokens: int = 8, timeout: float = 300.0, tokenizer=None) -> RoutingRun:
+    """Send `workload` through `router` and read every replica's prefix-cache counters.
 
     `router` has `.base_url` and `.policy`; `replicas` are the vLLM servers behind it (their `.url`
-    and `.model_name`). Returns a stamped RoutingRun.
+    and `.model_name`). With `tokenizer`, requests go to /v1/completions as token ids (see the
+    module docstring: the router's cache_aware policy needs them); without, as streaming chat.
+    Returns a stamped RoutingRun.
     """
     from .grading.provenance import stamp
 
     model = model or replicas[0].model_name
     before = [list(prefix_cache_counters(r.url)) for r in replicas]
-    load = _run(_drive(router.base_url, model, workload, int(concurrency), int(max_tokens), timeout))
+    load = _run(_drive(router.base_url, model, workload, int(concurrency), int(max_tokens), timeout, tokenizer))
     after = [list(prefix_cache_counters(r.url)) for r in replicas]
     run = RoutingRun(router.policy, [w.tenant for w in workload], load, before, after,
                      {"concurrency": int(concurrency), "max_tokens": int(max_tokens),
-                      "num_replicas": len(replicas), "num_tenants": len({w.tenant for w in workload})})
+                      "num_replicas": len(replicas), "num_tenants": len({w.tenant for w in workload}),
+                      "token_ids": tokenizer is not None})
     stamp(load)
     return stamp(run)
 
 
-def reset_prefix_caches(replicas) -> None:
-    """Empty every replica's prefix cache (vLLM's POST /reset_prefix_cache; needs no restart).
+def cacheable_prefix_tokens(workload: Sequence[TenantRequest], tokenizer, block_size: int = 128) -> int:
+    """Tokens a prefix-cache hit can skip: the shared start of two requests of one tenant, in whole blocks.
 
-    Only served when vLLM runs with VLLM_SERVER_DEV_MODE=1; otherwise each policy's run starts
-    from the cache the previous one left, which `fresh_tenants` avoids by giving every run its own
-    tenants.
+    vLLM caches full blocks only, so a tenant's prompt beyond its last complete shared block is
+    computed again even on a hit.
     """
-    for r in replicas:
-        req = urllib.request.Request(r.url + "/reset_prefix_cache", data=b"", method="POST")
-        urllib.request.urlopen(req, timeout=10).read()
+    by_tenant: dict[str, list] = {}
+    for w in workload:
+        by_tenant.setdefault(w.tenant, []).append(w)
+    pair = next((v[:2] for v in by_tenant.values() if len(v) >= 2), None)
+    if pair is None:
+        return 0
+    a, b = (tokenizer.apply_chat_template(w.messages, tokenize=True, add_generation_prompt=True) for w in pair)
+    a = list(a["input_ids"] if isinstance(a, dict) or hasattr(a, "keys") else a)
+    b = list(b["input_ids"] if isinstance(b, dict) or hasattr(b, "keys") else b)
+    same = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        same += 1
+    return (same // block_size) * block_size
 
 
 # -- a model of the policies: what fraction of requests find their tenant's prefix cached ----------
@@ -253,5 +286,5 @@ def reference_hit_fraction(policy: str, num_tenants: int, num_replicas: int, req
     return max(0.0, (n - misses) / n)
 
 
-__all__ = ["HITS", "QUERIES", "RoutingRun", "TenantRequest", "expected_distinct", "measure_policy",
-           "prefix_cache_counters", "reference_hit_fraction", "reset_prefix_caches", "tenant_workload"]
+__all__ = ["HITS", "QUERIES", "RoutingRun", "TenantRequest", "cacheable_prefix_tokens", "expected_distinct",
+           "measure_policy", "prefix_cache_counters", "prompt_token_ids", "reference_hit_fraction", "tenant_workload"]

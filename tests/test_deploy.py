@@ -1,0 +1,297 @@
+"""Lab 10's offline pieces: parallelism planning, disaggregated pools on the simulator, the replica
+manifests (valid, and broken copies fail), compose behaviour checks, the Modal app built offline,
+the routing model, the framework table, and lab 10's graded questions (right answers pass under
+any seed, stubs and memorised answers do not). No server here; tests/test_router.py has those."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+
+from lab_utils.deploy.compose import check_all, service_problems
+from lab_utils.deploy.disagg import colocated, compare_pools, disaggregated
+from lab_utils.deploy.frameworks import ALTERNATIVES, decision_table
+from lab_utils.deploy.manifests import (FAULTS, REPLICAS_DIR, break_deployment, deployment_problems, kept_settings,
+                                        replica_deployment, validate_replica_files)
+from lab_utils.deploy.parallel import bubble_fraction, parallel_problems, per_gpu_memory, reference_plan
+from lab_utils.drills.shapes import MODELS
+from lab_utils.memory import ModelSpec
+from lab_utils.routing import RoutingRun, expected_distinct, reference_hit_fraction, tenant_workload
+from lab_utils.sim import StepCostModel, poisson_workload
+
+COURSE = ModelSpec("SmolLM2-135M", 30, 576, 9, 3, 64, 1536, 49152)
+
+
+# --- parallelism ------------------------------------------------------------------------------------
+
+def test_tp_rules():
+    assert parallel_problems(MODELS["Llama-3-8B"], 8) == []
+    assert parallel_problems(MODELS["Llama-3-8B"], 16)  # beyond one node
+    assert parallel_problems(COURSE, 2)  # 9 heads do not split in two
+    assert parallel_problems(COURSE, 3) == [] and parallel_problems(COURSE, 9, gpus_per_node=16) == []
+    assert parallel_problems(MODELS["Qwen2.5-7B"], 8)  # 28 heads
+
+
+def test_memory_splits_and_kv_grows_with_tp():
+    spec = MODELS["Llama-3-70B"]
+    one, four = per_gpu_memory(spec, "H100-80GB", 1, 1), per_gpu_memory(spec, "H100-80GB", 4, 1)
+    assert not one.fits and four.fits
+    assert abs(four.weights_bytes * 4 - one.weights_bytes) <= 4
+    pp2 = per_gpu_memory(spec, "H100-80GB", 4, 2)
+    assert pp2.kv_bytes_per_token * 2 == four.kv_bytes_per_token and pp2.kv_tokens > four.kv_tokens
+
+
+def test_bubble():
+    assert bubble_fraction(1, 4) == 0
+    assert bubble_fraction(4, 1) == 0.75
+    assert bubble_fraction(4, 64) < bubble_fraction(4, 8)
+
+
+def test_reference_plan_prefers_tp_and_uses_pp_only_past_a_node():
+    slo = {"max_model_len": 8192, "concurrent_requests": 64}
+    assert reference_plan(MODELS["Llama-3-8B"], "H100-80GB", slo) == (1, 1, 2)
+    tp, pp, n = reference_plan(MODELS["Llama-3-70B"], "H100-80GB", slo)
+    assert pp == 1 and tp in (2, 4, 8)
+    big = ModelSpec("405B-like", 126, 16384, 128, 8, 128, 53248, 128256)
+    tp, pp, n = reference_plan(big, "H100-80GB", {"max_model_len": 8192, "concurrent_requests": 8})
+    assert tp == 8 and pp >= 2
+    for plan_gpu in ("L40S", "A100-80GB"):
+        tp, pp, n = reference_plan(MODELS["Qwen2.5-14B"], plan_gpu, slo)
+        assert per_gpu_memory(MODELS["Qwen2.5-14B"], plan_gpu, tp, pp).concurrency(8192) * n >= 64
+
+
+# --- disaggregation ---------------------------------------------------------------------------------
+
+def test_disaggregation_flattens_tpot_and_needs_enough_prefill():
+    cost = StepCostModel.from_gpu("H100-80GB", 8e9)
+    wl = poisson_workload(120, rate=10.0, prompt_len=3000, output_len=128, seed=1)
+    out = compare_pools(wl, 4, 2, cost)
+    assert out["disaggregated"]["tpot_p95"] < out["colocated"]["tpot_p95"]
+    starved = disaggregated(wl, 1, 3, cost)
+    assert starved["ttft_p95"] > out["disaggregated"]["ttft_p95"]
+    assert colocated(wl, 4, cost)["requests"] == 120
+
+
+# --- manifests --------------------------------------------------------------------------------------
+
+def test_replica_manifests_validate_and_behave():
+    problems = validate_replica_files()
+    assert set(problems) == {"vllm-replicas.yaml", "vllm-router.yaml"}
+    assert all(not p for p in problems.values()), problems
+    from lab_utils.bench.manifests import load_documents
+
+    kinds = {d["kind"] for f in REPLICAS_DIR.glob("*.yaml") for d in load_documents(f)}
+    assert kinds == {"PersistentVolumeClaim", "Deployment", "Service"}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_each_fault_is_caught(fault):
+    from lab_utils.deploy.manifests import _apply
+
+    doc = replica_deployment()
+    _apply(doc, fault, random.Random(0))
+    assert deployment_problems(doc), f"{fault} passed the checks"
+
+
+def test_broken_copies_fail_and_kept_settings():
+    rng = random.Random(4)
+    for _ in range(6):
+        doc, faults = break_deployment(rng)
+        assert faults and deployment_problems(doc)
+    good = replica_deployment()
+    other = copy.deepcopy(good)
+    other["spec"]["replicas"] = 9
+    assert kept_settings(good, good) == [] and kept_settings(good, other)
+
+
+def test_broken_manifest_file_fails_strict_cli(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    text = (REPLICAS_DIR / "vllm-replicas.yaml").read_text().replace("readinessProbe:", "readinesProbe:")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    exe = Path(sys.executable).with_name("kubernetes-validate")
+    good = subprocess.run([str(exe), "--strict", "--quiet", str(REPLICAS_DIR / "vllm-replicas.yaml")],
+                          capture_output=True, text=True, timeout=120)
+    assert good.returncode == 0, good.stdout + good.stderr
+    out = subprocess.run([str(exe), "--strict", "--quiet", str(bad)], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+
+
+# --- compose ----------------------------------------------------------------------------------------
+
+def test_course_compose_files_pass_and_the_seed_style_fails():
+    assert all(not p for p in check_all().values()), check_all()
+    seed_style = {"image": "vllm/vllm-openai:latest", "runtime": "nvidia",
+                  "environment": {"HUGGING_FACE_HUB_TOKEN": "hf_abc"}}
+    problems = " ".join(service_problems("vllm", seed_style))
+    for word in ("pinned", "runtime", "written into the file", "HF_TOKEN", "healthcheck", "model cache"):
+        assert word in problems, word
+
+
+# --- Modal ------------------------------------------------------------------------------------------
+
+def test_modal_app_is_built_offline_with_todays_api():
+    modal = pytest.importorskip("modal")
+    from lab_utils.deploy.modal_app import build_app, function_report, reference_modernize
+
+    app, fn, settings = build_app()
+    report = function_report(fn)
+    assert report["gpu"] == "H100" and report["web_server"] and report["web_server_port"] == 8000
+    assert report["volumes"] == ["/root/.cache/huggingface"] and "huggingface" in report["secrets"][0]
+    assert settings.scaledown_window == 300 and settings.max_inputs == 64
+    new = reference_modernize({"gpu": {"type": "A100", "count": 2, "size": "80GB"}, "container_idle_timeout": 300,
+                               "allow_concurrent_inputs": 32, "keep_warm": 1})
+    assert new == {"function": {"gpu": "A100-80GB:2", "scaledown_window": 300, "min_containers": 1},
+                   "concurrent": {"max_inputs": 32}}
+    app2 = modal.App("old-names")
+    with pytest.raises(Exception):
+        app2.function(container_idle_timeout=300)(lambda: None)
+    with pytest.raises(AttributeError):
+        modal.gpu.A100(count=2)
+
+
+# --- routing model and framework table --------------------------------------------------------------
+
+def test_routing_model():
+    assert expected_distinct(1, 2) == 1 and abs(expected_distinct(2, 2) - 1.5) < 1e-12
+    assert reference_hit_fraction("consistent_hash", 8, 2, 3) == pytest.approx(2 / 3)
+    assert reference_hit_fraction("round_robin", 8, 2, 3) == pytest.approx((3 - 1.75) / 3)
+    assert reference_hit_fraction("round_robin", 8, 1, 3) == reference_hit_fraction("cache_aware", 8, 1, 3)
+
+
+def test_tenant_workload_shapes():
+    wl = tenant_workload(4, 10, seed=3)
+    assert len(wl) == 10 and {w.tenant for w in wl} == {f"tenant-{i}" for i in range(4)}
+    systems = {w.tenant: w.messages[0]["content"] for w in wl}
+    assert all(w.messages[0]["content"] == systems[w.tenant] for w in wl)
+    assert len({w.messages[1]["content"] for w in wl}) == 10
+    assert tenant_workload(4, 10, seed=3) == wl and tenant_workload(4, 10, seed=4) != wl
+
+
+def test_decision_table_reports_missing_figures():
+    rows, missing = decision_table({"05": {"output_tokens_s_at_concurrency_4": {"value": 3.0, "unit": "tok/s"}}})
+    assert rows and rows[0]["value"] == 3.0
+    assert any("lab 07" in m for m in missing) and any("lab 06" in m for m in missing)
+    assert {a["framework"] for a in ALTERNATIVES} >= {"SGLang", "llama.cpp"}
+    assert all("20" in a["source"] for a in ALTERNATIVES)  # every fact is dated
+
+
+def test_routing_run_round_trips_its_raw_samples():
+    from lab_utils.clients.loadgen import LoadResult, RequestRecord, summarize
+
+    recs = [RequestRecord(0, 0.0, 0.1, 0.3, [0.1, 0.2, 0.3], 3, 300)]
+    load = LoadResult(recs, summarize(recs), 0.0, {"duration_s": 0.3})
+    run = RoutingRun("round_robin", ["tenant-0"], load, [[0, 0], [10, 100]], [[100, 300], [10, 100]])
+    assert run.replica_hit_rates[0] == pytest.approx(1 / 3) and run.replica_share == [1.0, 0.0]
+    again = RoutingRun.from_raw(run.raw_samples())
+    assert again.hit_rate == run.hit_rate == pytest.approx(1 / 3)
+
+
+# --- lab 10's questions -----------------------------------------------------------------------------
+
+def _answers():
+    import math
+
+    from lab_utils.deploy.manifests import CACHE_PATH
+
+    def predict_hit_fraction(policy, tenants, replicas, n):
+        n = float(n)
+        misses = min(1.0, n) if policy in ("consistent_hash", "cache_aware") else replicas * (1 - (1 - 1 / replicas) ** n)
+        return (n - misses) / n
+
+    def valid_tp_degrees(h, kv, node):
+        return [t for t in range(1, node + 1) if h % t == 0 and (kv % t == 0 or t % kv == 0)]
+
+    def plan_parallelism(spec, gpu, slo):
+        node = slo.get("gpus_per_node", 8)
+        tps = valid_tp_degrees(spec.num_attention_heads, spec.num_kv_heads, node)
+        best = None
+        for tp, pp in [(t, 1) for t in tps] + [(tps[-1], p) for p in range(2, 9)]:
+            c = per_gpu_memory(spec, gpu, tp, pp).concurrency(slo["max_model_len"])
+            if c < 1:
+                continue
+            n = math.ceil(slo["concurrent_requests"] / c)
+            key = (tp * pp * n, pp, tp * pp)
+            best = min(best, (key, (tp, pp, n))) if best else (key, (tp, pp, n))
+        return best[1]
+
+    def manifest_faults(doc):
+        from lab_utils.deploy.manifests import _container
+
+        c = _container(doc)
+        f = set()
+        tag = c["image"].rsplit("/", 1)[-1].partition(":")[2]
+        f |= {"latest_tag"} if tag in ("", "latest") else set()
+        f |= {"gpu_not_in_limits"} if "nvidia.com/gpu" not in c["resources"].get("limits", {}) else set()
+        f |= {"token_literal"} if any("value" in e for e in c.get("env", []) if e["name"] == "HF_TOKEN") else set()
+        f |= {"misspelt_probe"} if set(c) & {"readinesProbe", "startUpProbe", "livenesProbe"} else set()
+        f |= {"port_as_string"} if isinstance(c["ports"][0]["containerPort"], str) else set()
+        f |= {"no_model_cache"} if not any(m["mountPath"] == CACHE_PATH for m in c.get("volumeMounts", [])) else set()
+        t = doc["spec"]["template"]["metadata"]["labels"]
+        f |= {"selector_mismatch"} if doc["spec"]["selector"]["matchLabels"] != t else set()
+        return f
+
+    def fix_manifest(doc):
+        from lab_utils.deploy.manifests import replica_deployment
+
+        good = replica_deployment()
+        out = copy.deepcopy(doc)
+        c, g = out["spec"]["template"]["spec"]["containers"][0], good["spec"]["template"]["spec"]["containers"][0]
+        args, ports = c["args"], [{"name": "http", "containerPort": int(c["ports"][0]["containerPort"])}]
+        out["spec"]["template"]["spec"] = good["spec"]["template"]["spec"]
+        g["args"], g["ports"] = args, ports
+        out["spec"]["selector"]["matchLabels"] = dict(out["spec"]["template"]["metadata"]["labels"])
+        return out
+
+    def modernize_modal(old):
+        names = {"container_idle_timeout": "scaledown_window", "keep_warm": "min_containers",
+                 "concurrency_limit": "max_containers"}
+        fn, conc = {}, None
+        for k, v in old.items():
+            if k == "gpu" and isinstance(v, dict):
+                name = v["type"].upper() + ("-" + v["size"].upper() if v.get("size") else "")
+                v = name + (f":{v['count']}" if v.get("count", 1) > 1 else "")
+            if k == "allow_concurrent_inputs":
+                conc = {"max_inputs": v}
+            else:
+                fn[names.get(k, k)] = v
+        return {"function": fn, "concurrent": conc}
+
+    return {"predict_hit_fraction": predict_hit_fraction, "predicted_gain": None,
+            "valid_tp_degrees": valid_tp_degrees, "plan_parallelism": plan_parallelism,
+            "manifest_faults": manifest_faults, "fix_manifest": fix_manifest,
+            "modernize_modal": modernize_modal}
+
+
+@pytest.mark.parametrize("seed", [0, 123])
+def test_right_answers_score_full_and_stubs_zero(seed):
+    from lab_utils.grading import get, lab_scenario, score_graded
+
+    ans = _answers()
+    scen = lab_scenario("10", seed)
+    f = ans["predict_hit_fraction"]
+    ans["predicted_gain"] = (f("consistent_hash", 0, scen["num_replicas"], scen["requests_per_tenant"])
+                             - f("round_robin", 0, scen["num_replicas"], scen["requests_per_tenant"]))
+    for qid in ("10.hit_fraction", "10.valid_tp", "10.planner", "10.fix_manifest", "10.modal_upgrade"):
+        q = get(qid)
+        r = score_graded(q, ans, seed)
+        assert r.earned == q.points, (qid, r)
+
+        def stub(*a, **k):
+            raise NotImplementedError
+
+        stubs = {name: stub for name in q.answers}
+        assert score_graded(q, stubs, seed).earned == 0, qid
+
+
+def test_measured_question_refuses_a_typed_in_run():
+    from lab_utils.grading import get, score_graded
+
+    typed = {"round_robin": {"hit_rate": 0.4}, "consistent_hash": {"hit_rate": 0.6}, "cache_aware": {"hit_rate": 0.6}}
+    r = score_graded(get("10.routing_measured"), {"routing_runs": typed, "best_policy": "consistent_hash"}, 1)
+    assert r.earned == 0
