@@ -114,6 +114,8 @@ def start_replicas(n: int = 2, *, model: str | Path | None = None, kv_cache_gib:
 
     CPU mode pins replica i to cores [i*cores_per_replica, ...) with `taskset` (cycled over the
     machine's cores) and sets OMP_NUM_THREADS, so two replicas do not fight over the same core.
+    GPU mode gives each replica its own GPU (CUDA_VISIBLE_DEVICES) when there are enough, else a
+    0.85 / n share of one GPU's memory (--gpu-memory-utilization).
     Prefix caching is on (vLLM's default, stated explicitly). On any failure every replica that did
     start is stopped before the error propagates.
     """
@@ -122,10 +124,22 @@ def start_replicas(n: int = 2, *, model: str | Path | None = None, kv_cache_gib:
     if int(n) < 1:
         raise ValueError(f"n must be at least 1 replica, got {n}")
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    from ..runtime import resolve_backend
+
+    gpus = 0
+    if resolve_backend(backend) == "gpu":
+        import torch
+
+        gpus = torch.cuda.device_count()
     servers = ReplicaSet()
     for i in range(int(n)):
+        # GPU mode: a GPU per replica when there are enough, else a share of GPU 0's memory each
+        share = None if gpus >= n or gpus == 0 else round(0.85 / n, 2)
         srv = VLLMServer(model, kv_cache_gib=kv_cache_gib, max_model_len=max_model_len, backend=backend,
-                         extra_args=["--enable-prefix-caching", *extra_args], startup_timeout=startup_timeout)
+                         extra_args=["--enable-prefix-caching", *extra_args], startup_timeout=startup_timeout,
+                         gpu_memory_utilization=share)
+        if gpus >= n:
+            srv.env = {**(srv.env or {}), "CUDA_VISIBLE_DEVICES": str(i)}
         if srv.mode == "cpu":
             mine = [cpus[(i * cores_per_replica + k) % len(cpus)] for k in range(cores_per_replica)]
             if shutil.which("taskset"):
