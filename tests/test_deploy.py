@@ -295,3 +295,23 @@ def test_measured_question_refuses_a_typed_in_run():
     typed = {"round_robin": {"hit_rate": 0.4}, "consistent_hash": {"hit_rate": 0.6}, "cache_aware": {"hit_rate": 0.6}}
     r = score_graded(get("10.routing_measured"), {"routing_runs": typed, "best_policy": "consistent_hash"}, 1)
     assert r.earned == 0
+
+
+def test_router_compose_gives_each_replica_its_own_gpu_and_waits_for_them():
+    import yaml
+
+    from lab_utils.deploy.compose import DOCKER_DIR, compose_problems
+
+    path = DOCKER_DIR / "vllm-router-compose.yml"
+    doc = yaml.safe_load(path.read_text())
+    svcs = doc["services"]
+    ids = [svcs[r]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] for r in ("replica0", "replica1")]
+    assert ids == [["0"], ["1"]]
+    assert svcs["router"]["depends_on"] == {"replica0": {"condition": "service_healthy"},
+                                            "replica1": {"condition": "service_healthy"}}
+    assert "--prometheus-port" in svcs["router"]["command"][0] and "vllm-router==0.1.17" in svcs["router"]["command"][0]
+    assert compose_problems(path) == []
+    broken = dict(svcs["replica0"])
+    broken.pop("deploy")
+    broken["runtime"] = "nvidia"
+    assert len(service_problems("replica0", broken)) == 2

@@ -20,6 +20,8 @@ from pathlib import Path
 DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"
 PINNED = re.compile(r":(v?\d+(\.\d+)+[\w.-]*|\$\{[A-Z_]+:-[\w.-]*\d[\w.-]*\})$")
 CACHE_TARGETS = ("/root/.cache/huggingface", "/data")
+# model servers, which need the GPU, the token and the cache (a router or a proxy does not)
+SERVING_IMAGES = ("vllm-openai", "text-generation-inference", "tritonserver")
 
 
 def service_problems(name: str, svc: dict) -> list[str]:
@@ -57,7 +59,8 @@ def compose_problems(path: str | Path) -> list[str]:
     doc = yaml.safe_load(Path(path).read_text())
     out = []
     for name, svc in (doc.get("services") or {}).items():
-        out += service_problems(name, svc)
+        if any(k in str(svc.get("image", "")) for k in SERVING_IMAGES):
+            out += service_problems(name, svc)
     return out
 
 
