@@ -15,25 +15,31 @@ from lab_utils.grading import CHECK_MIME, questions_for, score
 from lab_utils.grading.grader import grade_class, write_gradebook, Outcome
 from lab_utils.grading.probe import instrument, load_answers
 
-GOOD_ANSWERS = [
-    "queries_per_kv_head = 3",
-    "def count_chat_tokens(tokenizer, messages):\n"
-    "    return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,"
-    " return_dict=True)['input_ids'])",
-    "capital_answer = 'The capital of France is Paris.'",
-]
+# Crafted submissions answer lab 07's questions that need no server and no model, so each
+# notebook grades in seconds: a value computed from SCENARIO and two functions.
+SCENARIO_CELL = "from lab_utils.grading import lab_scenario\nSCENARIO = lab_scenario('07', SEED)"
+SERVED = ("def served_versions(on_disk, policy):\n"
+          "    v = sorted(int(x) for x in on_disk)\n"
+          "    if 'all' in policy:\n        return v\n"
+          "    if 'specific' in policy:\n        return [x for x in v if x in set(policy['specific']['versions'])]\n"
+          "    return v[-int(policy.get('latest', {}).get('num_versions', 1)):]")
+EXTRA = "def extra_tensor_bytes(p, n, b=8):\n    return 2 * b * (p + n)"
+PREDICT = "predicted_avg_batch = min(SCENARIO['concurrency'], SCENARIO['preferred_batch_size'])"
+GOOD_ANSWERS = [SCENARIO_CELL, SERVED, EXTRA, PREDICT]
+LAB = "07"
+NB_NAME = "07_triton.ipynb"
 
 
 def notebook(*sources: str):
     nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell('BACKEND = "auto"\nLIGHT = False')
+    params = nbformat.v4.new_code_cell('BACKEND = "auto"\nLIGHT = False\nSEED = 0')
     params.metadata["tags"] = ["parameters"]
     nb.cells = [params] + [nbformat.v4.new_code_cell(s) for s in sources]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return nb
 
 
-def write(folder: Path, student: str, nb, name: str = "00_setup.ipynb") -> Path:
+def write(folder: Path, student: str, nb, name: str = NB_NAME) -> Path:
     path = folder / student / name
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(nb, str):
@@ -46,16 +52,19 @@ def write(folder: Path, student: str, nb, name: str = "00_setup.ipynb") -> Path:
 # --- unit tests (fast) -------------------------------------------------------------------------
 
 def test_score_statuses():
-    q = questions_for("00")[[q.id for q in questions_for("00")].index("00.queries_per_kv_head")]
+    q = next(q for q in questions_for(LAB) if q.id == "07.extra_tensor_bytes")
     assert score(q, {}).status == "not answered"
-    assert score(q, {"queries_per_kv_head": 3}).earned == q.points
-    wrong = score(q, {"queries_per_kv_head": 4})
-    assert wrong.earned == 0 and wrong.status == "not yet right" and "3" not in wrong.message
+    assert score(q, {"extra_tensor_bytes": lambda p, n, b=8: 2 * b * (p + n)}).earned == q.points
+    wrong = score(q, {"extra_tensor_bytes": lambda p, n, b=8: 7})
+    assert wrong.earned == 0 and wrong.status == "not yet right" and "2 *" not in wrong.message
 
     class Liar:  # an object claiming to equal everything must not pass
         def __eq__(self, other):
             return True
-    assert score(q, {"queries_per_kv_head": Liar()}).earned == 0
+
+        def __lt__(self, other):
+            return True
+    assert score(q, {"extra_tensor_bytes": lambda *a: Liar()}).earned == 0
 
 
 def test_probe_saves_answers_by_value(tmp_path):
@@ -93,22 +102,21 @@ def test_bad_cli_arguments(tmp_path):
 
 CRAFTED = {
     "good": notebook(*GOOD_ANSWERS),
-    "partial": notebook(GOOD_ANSWERS[0], "capital_answer = 'Lyon'"),
-    "hang": notebook(GOOD_ANSWERS[0], "while True:\n    pass", GOOD_ANSWERS[2]),
-    "kernel_death": notebook(GOOD_ANSWERS[0], "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
-                             GOOD_ANSWERS[2]),
+    "partial": notebook(SCENARIO_CELL, SERVED, "def extra_tensor_bytes(p, n, b=8):\n    return b * (p + n)"),
+    "hang": notebook(SCENARIO_CELL, SERVED, "while True:\n    pass", EXTRA),
+    "kernel_death": notebook(SCENARIO_CELL, SERVED, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", EXTRA),
     "invalid_json": '{"cells": [ this is not json',
     "tampered": notebook(
-        "queries_per_kv_head = 99\ncapital_answer = 'Rome'",
+        "served_versions = lambda on_disk, policy: [99]\nextra_tensor_bytes = lambda *a: -1",
         # rewrite the check function, the registry, and the check file on disk, and fake a record
         "import lab_utils.grading as g, lab_utils.grading.registry as r, pathlib\n"
         "g.check = lambda *a, **k: print('full marks')\n"
         "for q in list(r._REGISTRY.values()):\n"
         "    r._REGISTRY[q.id] = r.Question(q.id, q.points, q.answers, lambda **kw: None)\n"
-        "import lab_utils.grading.questions.lab00 as m\n"
+        "import lab_utils.grading.questions.lab07 as m\n"
         "pathlib.Path(m.__file__).write_text('from lab_utils.grading.registry import question\\n')\n"
         f"from IPython.display import display\n"
-        f"display({{'{CHECK_MIME}': {{'id': '00.queries_per_kv_head', 'points': 1, 'earned': 1, "
+        f"display({{'{CHECK_MIME}': {{'id': '07.served_versions', 'points': 2, 'earned': 2, "
         "'status': 'correct', 'message': ''}, 'text/plain': 'x'}, raw=True)",
     ),
     "deleter": notebook(
@@ -117,20 +125,20 @@ CRAFTED = {
         "shutil.rmtree(os.path.dirname(lab_utils.__file__))\n"
         "for f in glob.glob('*'):\n    os.remove(f)",
     ),
-    "huge_output": notebook(GOOD_ANSWERS[0], "print('x' * 30_000_000)", GOOD_ANSWERS[2]),
-    "memory_hog": notebook(GOOD_ANSWERS[0], "import time\nhog = []\nfor _ in range(40):\n    hog.append(bytearray(2**28)); hog[-1][::4096] = b\"x\" * (2**28 // 4096); time.sleep(0.3)", GOOD_ANSWERS[2]),
+    "huge_output": notebook(SCENARIO_CELL, SERVED, "print('x' * 30_000_000)", EXTRA),
+    "memory_hog": notebook(SCENARIO_CELL, SERVED, "import time\nhog = []\nfor _ in range(40):\n    hog.append(bytearray(2**28)); hog[-1][::4096] = b\"x\" * (2**28 // 4096); time.sleep(0.3)", EXTRA),
 }
 
-EXPECTED = {  # student: (total, status prefix)
-    "good": (4, "ok"),
-    "partial": (1, "ok"),
-    "hang": (1, "timeout"),
-    "kernel_death": (1, "kernel died"),
+EXPECTED = {  # student: (public total, status prefix)
+    "good": (5, "ok"),
+    "partial": (2, "ok"),
+    "hang": (2, "timeout"),
+    "kernel_death": (2, "kernel died"),
     "invalid_json": (0, "not a notebook"),
     "tampered": (0, "ok"),
-    "deleter": (4, None),
-    "huge_output": (2, None),
-    "memory_hog": (1, "memory limit"),
+    "deleter": (5, None),
+    "huge_output": (3, None),
+    "memory_hog": (2, "memory limit"),
 }
 
 
@@ -143,18 +151,15 @@ def graded_class(tmp_path_factory):
     (subs / "good" / "notes.txt").write_text("a file next to the notebook")
     (subs / "stranger").mkdir()
     (subs / "stranger" / "homework.ipynb").write_text("{}")  # no lab number in the name
-    (hidden / "lab00").mkdir(parents=True)
-    (hidden / "lab00" / "test_hidden.py").write_text(
+    (hidden / "lab07").mkdir(parents=True)
+    (hidden / "lab07" / "test_hidden.py").write_text(
         "import pytest\n\n"
         "@pytest.mark.points(2)\n"
-        "def test_counts_more_than_text(answers):\n"
-        "    from transformers import AutoTokenizer\n"
-        "    from lab_utils.models import course_model_path\n"
-        "    tok = AutoTokenizer.from_pretrained(course_model_path())\n"
-        "    msgs = [{'role': 'user', 'content': 'hello there'}]\n"
-        "    assert answers['count_chat_tokens'](tok, msgs) > len(tok('hello there')['input_ids'])\n\n"
-        "def test_capital_is_short(answers):\n"
-        "    assert len(answers['capital_answer']) < 200\n"
+        "def test_bytes_double_with_the_tokens(answers):\n"
+        "    f = answers['extra_tensor_bytes']\n"
+        "    assert f(20, 10, 4) == 2 * f(10, 5, 4)\n\n"
+        "def test_all_serves_every_version(answers):\n"
+        "    assert list(answers['served_versions']([3, 1, 2], {'all': {}})) == [1, 2, 3]\n"
     )
     messages: list[str] = []
     t0 = time.monotonic()
@@ -172,10 +177,11 @@ def _rows(out: Path) -> dict[str, dict]:
 @pytest.mark.slow
 def test_every_submission_scores_what_it_earned(graded_class):
     rows = _rows(graded_class["out"])
-    assert rows["points_possible"]["total"] == "7"  # 4 public + 3 hidden
+    possible = sum(q.points for q in questions_for(LAB))
+    assert rows["points_possible"]["total"] == f"{possible + 3:g}"  # public + 3 hidden
     for student, (public_total, status) in EXPECTED.items():
         row = rows[student]
-        public = sum(float(row[q.id]) for q in questions_for("00"))
+        public = sum(float(row[q.id]) for q in questions_for(LAB))
         assert public == public_total, (student, row)
         if status:
             assert row["status"].startswith(status), (student, row["status"])
@@ -184,18 +190,18 @@ def test_every_submission_scores_what_it_earned(graded_class):
 @pytest.mark.slow
 def test_good_submission_gets_everything_including_hidden(graded_class):
     row = _rows(graded_class["out"])["good"]
-    assert row["00.hidden.test_counts_more_than_text"] == "2"
-    assert row["00.hidden.test_capital_is_short"] == "1"
-    assert row["total"] == "7" and row["status"] == "ok"
+    assert row["07.hidden.test_bytes_double_with_the_tokens"] == "2"
+    assert row["07.hidden.test_all_serves_every_version"] == "1"
+    assert row["total"] == "8" and row["status"] == "ok"
 
 
 @pytest.mark.slow
 def test_feedback_and_progress(graded_class):
     out = graded_class["out"]
-    text = (out / "feedback" / "partial" / "00.md").read_text()
-    assert "00.count_chat_tokens" in text and "not answered" in text
-    assert "Paris" not in text  # hints, never answers
-    bad = (out / "feedback" / "invalid_json" / "00.md").read_text()
+    text = (out / "feedback" / "partial" / "07.md").read_text()
+    assert "07.ensemble_config" in text and "not answered" in text
+    assert "2 * b" not in text  # hints, never answers
+    bad = (out / "feedback" / "invalid_json" / "07.md").read_text()
     assert "not valid notebook JSON" in bad
     msgs = graded_class["messages"]
     assert any("stranger/homework.ipynb" in m for m in msgs)
@@ -204,7 +210,7 @@ def test_feedback_and_progress(graded_class):
 
 @pytest.mark.slow
 def test_huge_output_is_truncated_in_the_kept_copy(graded_class):
-    kept = graded_class["out"] / "executed" / "huge_output" / "00_setup.ipynb"
+    kept = graded_class["out"] / "executed" / "huge_output" / NB_NAME
     assert kept.exists() and kept.stat().st_size < 2_000_000
 
 
@@ -238,4 +244,4 @@ def test_rerun_resumes_and_regrades_only_changes(graded_class):
     grade_class(subs, out, hidden, workers=1, timeout=45, memory_mb=4096, progress=messages.append)
     graded = [m for m in messages if m.startswith("[")]
     assert len(graded) == 1 and "partial" in graded[0]
-    assert _rows(out)["partial"]["total"] == "7"
+    assert _rows(out)["partial"]["total"] == "8"
