@@ -40,10 +40,12 @@ from .clients.metrics import metric_value, parse_prometheus
 HITS = "vllm:prefix_cache_hits_total"
 QUERIES = "vllm:prefix_cache_queries_total"
 
-_WORDS = ("account balance billing cluster contract delivery device engine fleet garden harbor invoice "
-          "journey kernel ledger market network office policy quarter region schedule service ticket "
-          "update vendor warehouse window yield zone customer refund shipment support warranty order "
-          "product storage routing latency replica tenant budget report").split()
+_WORDS = (
+    "account balance billing cluster contract delivery device engine fleet garden harbor invoice "
+    "journey kernel ledger market network office policy quarter region schedule service ticket "
+    "update vendor warehouse window yield zone customer refund shipment support warranty order "
+    "product storage routing latency replica tenant budget report"
+).split()
 
 
 @dataclass(frozen=True)
@@ -56,12 +58,15 @@ class TenantRequest:
 
 def _system_prompt(tenant: int, words: int, rng: random.Random) -> str:
     body = " ".join(rng.choice(_WORDS) for _ in range(words))
-    return (f"You are the assistant of tenant {tenant}. Follow this tenant's handbook exactly. "
-            f"Handbook {tenant}: {body}.")
+    return (
+        f"You are the assistant of tenant {tenant}. Follow this tenant's handbook exactly. "
+        f"Handbook {tenant}: {body}."
+    )
 
 
-def tenant_workload(num_tenants: int = 8, num_requests: int = 24, *, system_words: int = 260,
-                    seed: int = 0) -> list[TenantRequest]:
+def tenant_workload(
+    num_tenants: int = 8, num_requests: int = 24, *, system_words: int = 260, seed: int = 0
+) -> list[TenantRequest]:
     """`num_requests` chat requests from `num_tenants` tenants, in a shuffled order.
 
     Each tenant's system prompt is about 1.3 x system_words tokens (260 words: about two 128-token
@@ -77,8 +82,11 @@ def tenant_workload(num_tenants: int = 8, num_requests: int = 24, *, system_word
     out = []
     for i, t in enumerate(owners):
         q = f"Question {i}: in one word, which {rng.choice(_WORDS)} matters most for {rng.choice(_WORDS)}?"
-        out.append(TenantRequest(f"tenant-{t}", [{"role": "system", "content": systems[t]},
-                                                 {"role": "user", "content": q}]))
+        out.append(
+            TenantRequest(
+                f"tenant-{t}", [{"role": "system", "content": systems[t]}, {"role": "user", "content": q}]
+            )
+        )
     return out
 
 
@@ -104,14 +112,25 @@ class RoutingRun:
     provenance: str | None = None
 
     def raw_samples(self) -> dict:
-        return {"policy": self.policy, "tenants": list(self.tenants), "load": self.load.raw_samples(),
-                "before": [list(map(float, b)) for b in self.before],
-                "after": [list(map(float, a)) for a in self.after], "settings": dict(self.settings)}
+        return {
+            "policy": self.policy,
+            "tenants": list(self.tenants),
+            "load": self.load.raw_samples(),
+            "before": [list(map(float, b)) for b in self.before],
+            "after": [list(map(float, a)) for a in self.after],
+            "settings": dict(self.settings),
+        }
 
     @classmethod
-    def from_raw(cls, raw: dict) -> "RoutingRun":
-        return cls(raw["policy"], list(raw["tenants"]), LoadResult.from_raw(raw["load"]),
-                   [list(b) for b in raw["before"]], [list(a) for a in raw["after"]], dict(raw["settings"]))
+    def from_raw(cls, raw: dict) -> RoutingRun:
+        return cls(
+            raw["policy"],
+            list(raw["tenants"]),
+            LoadResult.from_raw(raw["load"]),
+            [list(b) for b in raw["before"]],
+            [list(a) for a in raw["after"]],
+            dict(raw["settings"]),
+        )
 
     @property
     def replica_hits(self) -> list[float]:
@@ -140,9 +159,16 @@ class RoutingRun:
 
     def row(self) -> dict:
         s = self.load.summary
-        return {"policy": self.policy, "hit_rate": self.hit_rate, "replica_hit_rates": self.replica_hit_rates,
-                "replica_share": self.replica_share, "ttft_p50_s": s.ttft_p50, "ttft_p95_s": s.ttft_p95,
-                "output_tokens_per_s": s.output_tokens_per_s, "errors": s.num_errors}
+        return {
+            "policy": self.policy,
+            "hit_rate": self.hit_rate,
+            "replica_hit_rates": self.replica_hit_rates,
+            "replica_share": self.replica_share,
+            "ttft_p50_s": s.ttft_p50,
+            "ttft_p95_s": s.ttft_p95,
+            "output_tokens_per_s": s.output_tokens_per_s,
+            "errors": s.num_errors,
+        }
 
 
 def prompt_token_ids(req: TenantRequest, tokenizer) -> list[int]:
@@ -153,8 +179,15 @@ def prompt_token_ids(req: TenantRequest, tokenizer) -> list[int]:
     return [int(i) for i in ids]
 
 
-async def _drive(base_url: str, model: str, workload: Sequence[TenantRequest], concurrency: int,
-                 max_tokens: int, timeout: float, tokenizer=None) -> LoadResult:
+async def _drive(
+    base_url: str,
+    model: str,
+    workload: Sequence[TenantRequest],
+    concurrency: int,
+    max_tokens: int,
+    timeout: float,
+    tokenizer=None,
+) -> LoadResult:
     import httpx
 
     from .clients.loadgen import _one_request  # the load generator's own streaming request
@@ -168,13 +201,19 @@ async def _drive(base_url: str, model: str, workload: Sequence[TenantRequest], c
     ids = iter(range(len(workload)))
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+
         async def worker() -> None:
             for i in ids:
                 req = workload[i]
                 rec = RequestRecord(request_id=i, start=time.perf_counter() - t0)
                 records.append(rec)
-                body = {"model": model, "max_tokens": max_tokens, "temperature": 0.0,
-                        "stream": True, "stream_options": {"include_usage": True}}
+                body = {
+                    "model": model,
+                    "max_tokens": max_tokens,
+                    "temperature": 0.0,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
                 if prompts is None:
                     body["messages"] = req.messages
                 else:
@@ -185,8 +224,17 @@ async def _drive(base_url: str, model: str, workload: Sequence[TenantRequest], c
         await asyncio.gather(*(worker() for _ in range(min(concurrency, len(workload)))))
     duration = time.perf_counter() - t0
     records.sort(key=lambda r: r.request_id)
-    settings = {"num_requests": len(workload), "concurrency": concurrency, "rate": None, "max_tokens": max_tokens,
-                "temperature": 0.0, "endpoint": endpoint, "ignore_eos": False, "seed": 0, "duration_s": duration}
+    settings = {
+        "num_requests": len(workload),
+        "concurrency": concurrency,
+        "rate": None,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "endpoint": endpoint,
+        "ignore_eos": False,
+        "seed": 0,
+        "duration_s": duration,
+    }
     return LoadResult(records, summarize(records, duration), started_at, settings)
 
 
@@ -211,8 +259,17 @@ def _run(coro):
     return box["r"]
 
 
-def measure_policy(router, replicas, workload: Sequence[TenantRequest], *, model: str | None = None,
-                   concurrency: int = 2, max_tokens: int = 8, timeout: float = 300.0, tokenizer=None) -> RoutingRun:
+def measure_policy(
+    router,
+    replicas,
+    workload: Sequence[TenantRequest],
+    *,
+    model: str | None = None,
+    concurrency: int = 2,
+    max_tokens: int = 8,
+    timeout: float = 300.0,
+    tokenizer=None,
+) -> RoutingRun:
     """Send `workload` through `router` and read every replica's prefix-cache counters.
 
     `router` has `.base_url` and `.policy`; `replicas` are the vLLM servers behind it (their `.url`
@@ -224,12 +281,24 @@ def measure_policy(router, replicas, workload: Sequence[TenantRequest], *, model
 
     model = model or replicas[0].model_name
     before = [list(prefix_cache_counters(r.url)) for r in replicas]
-    load = _run(_drive(router.base_url, model, workload, int(concurrency), int(max_tokens), timeout, tokenizer))
+    load = _run(
+        _drive(router.base_url, model, workload, int(concurrency), int(max_tokens), timeout, tokenizer)
+    )
     after = [list(prefix_cache_counters(r.url)) for r in replicas]
-    run = RoutingRun(router.policy, [w.tenant for w in workload], load, before, after,
-                     {"concurrency": int(concurrency), "max_tokens": int(max_tokens),
-                      "num_replicas": len(replicas), "num_tenants": len({w.tenant for w in workload}),
-                      "token_ids": tokenizer is not None})
+    run = RoutingRun(
+        router.policy,
+        [w.tenant for w in workload],
+        load,
+        before,
+        after,
+        {
+            "concurrency": int(concurrency),
+            "max_tokens": int(max_tokens),
+            "num_replicas": len(replicas),
+            "num_tenants": len({w.tenant for w in workload}),
+            "token_ids": tokenizer is not None,
+        },
+    )
     stamp(load)
     return stamp(run)
 
@@ -246,7 +315,9 @@ def cacheable_prefix_tokens(workload: Sequence[TenantRequest], tokenizer, block_
     pair = next((v[:2] for v in by_tenant.values() if len(v) >= 2), None)
     if pair is None:
         return 0
-    a, b = (tokenizer.apply_chat_template(w.messages, tokenize=True, add_generation_prompt=True) for w in pair)
+    a, b = (
+        tokenizer.apply_chat_template(w.messages, tokenize=True, add_generation_prompt=True) for w in pair
+    )
     a = list(a["input_ids"] if isinstance(a, dict) or hasattr(a, "keys") else a)
     b = list(b["input_ids"] if isinstance(b, dict) or hasattr(b, "keys") else b)
     same = 0
@@ -259,12 +330,15 @@ def cacheable_prefix_tokens(workload: Sequence[TenantRequest], tokenizer, block_
 
 # -- a model of the policies: what fraction of requests find their tenant's prefix cached ----------
 
+
 def expected_distinct(n: int, k: int) -> float:
     """Expected number of distinct bins hit when n balls fall uniformly into k bins."""
     return k * (1 - (1 - 1 / k) ** n)
 
 
-def reference_hit_fraction(policy: str, num_tenants: int, num_replicas: int, requests_per_tenant: float) -> float:
+def reference_hit_fraction(
+    policy: str, num_tenants: int, num_replicas: int, requests_per_tenant: float
+) -> float:
     """Expected fraction of requests whose tenant prefix is already on the replica they land on.
 
     A model, not a measurement: requests of the tenants are interleaved at random, nothing is
@@ -286,5 +360,16 @@ def reference_hit_fraction(policy: str, num_tenants: int, num_replicas: int, req
     return max(0.0, (n - misses) / n)
 
 
-__all__ = ["HITS", "QUERIES", "RoutingRun", "TenantRequest", "cacheable_prefix_tokens", "expected_distinct",
-           "measure_policy", "prefix_cache_counters", "prompt_token_ids", "reference_hit_fraction", "tenant_workload"]
+__all__ = [
+    "HITS",
+    "QUERIES",
+    "RoutingRun",
+    "TenantRequest",
+    "cacheable_prefix_tokens",
+    "expected_distinct",
+    "measure_policy",
+    "prefix_cache_counters",
+    "prompt_token_ids",
+    "reference_hit_fraction",
+    "tenant_workload",
+]

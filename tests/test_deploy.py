@@ -13,8 +13,15 @@ import pytest
 from lab_utils.deploy.compose import check_all, service_problems
 from lab_utils.deploy.disagg import colocated, compare_pools, disaggregated
 from lab_utils.deploy.frameworks import ALTERNATIVES, decision_table
-from lab_utils.deploy.manifests import (FAULTS, REPLICAS_DIR, break_deployment, deployment_problems, kept_settings,
-                                        replica_deployment, validate_replica_files)
+from lab_utils.deploy.manifests import (
+    FAULTS,
+    REPLICAS_DIR,
+    break_deployment,
+    deployment_problems,
+    kept_settings,
+    replica_deployment,
+    validate_replica_files,
+)
 from lab_utils.deploy.parallel import bubble_fraction, parallel_problems, per_gpu_memory, reference_plan
 from lab_utils.drills.shapes import MODELS
 from lab_utils.memory import ModelSpec
@@ -25,6 +32,7 @@ COURSE = ModelSpec("SmolLM2-135M", 30, 576, 9, 3, 64, 1536, 49152)
 
 
 # --- parallelism ------------------------------------------------------------------------------------
+
 
 def test_tp_rules():
     assert parallel_problems(MODELS["Llama-3-8B"], 8) == []
@@ -64,6 +72,7 @@ def test_reference_plan_prefers_tp_and_uses_pp_only_past_a_node():
 
 # --- disaggregation ---------------------------------------------------------------------------------
 
+
 def test_disaggregation_flattens_tpot_and_needs_enough_prefill():
     cost = StepCostModel.from_gpu("H100-80GB", 8e9)
     wl = poisson_workload(120, rate=10.0, prompt_len=3000, output_len=128, seed=1)
@@ -75,6 +84,7 @@ def test_disaggregation_flattens_tpot_and_needs_enough_prefill():
 
 
 # --- manifests --------------------------------------------------------------------------------------
+
 
 def test_replica_manifests_validate_and_behave():
     problems = validate_replica_files()
@@ -115,25 +125,36 @@ def test_broken_manifest_file_fails_strict_cli(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)
     exe = Path(sys.executable).with_name("kubernetes-validate")
-    good = subprocess.run([str(exe), "--strict", "--quiet", str(REPLICAS_DIR / "vllm-replicas.yaml")],
-                          capture_output=True, text=True, timeout=120)
+    good = subprocess.run(
+        [str(exe), "--strict", "--quiet", str(REPLICAS_DIR / "vllm-replicas.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert good.returncode == 0, good.stdout + good.stderr
-    out = subprocess.run([str(exe), "--strict", "--quiet", str(bad)], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [str(exe), "--strict", "--quiet", str(bad)], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode != 0
 
 
 # --- compose ----------------------------------------------------------------------------------------
 
+
 def test_course_compose_files_pass_and_the_seed_style_fails():
     assert all(not p for p in check_all().values()), check_all()
-    seed_style = {"image": "vllm/vllm-openai:latest", "runtime": "nvidia",
-                  "environment": {"HUGGING_FACE_HUB_TOKEN": "hf_abc"}}
+    seed_style = {
+        "image": "vllm/vllm-openai:latest",
+        "runtime": "nvidia",
+        "environment": {"HUGGING_FACE_HUB_TOKEN": "hf_abc"},
+    }
     problems = " ".join(service_problems("vllm", seed_style))
     for word in ("pinned", "runtime", "written into the file", "HF_TOKEN", "healthcheck", "model cache"):
         assert word in problems, word
 
 
 # --- Modal ------------------------------------------------------------------------------------------
+
 
 def test_modal_app_is_built_offline_with_todays_api():
     modal = pytest.importorskip("modal")
@@ -144,18 +165,27 @@ def test_modal_app_is_built_offline_with_todays_api():
     assert report["gpu"] == "H100" and report["web_server"] and report["web_server_port"] == 8000
     assert report["volumes"] == ["/root/.cache/huggingface"] and "huggingface" in report["secrets"][0]
     assert settings.scaledown_window == 300 and settings.max_inputs == 64
-    new = reference_modernize({"gpu": {"type": "A100", "count": 2, "size": "80GB"}, "container_idle_timeout": 300,
-                               "allow_concurrent_inputs": 32, "keep_warm": 1})
-    assert new == {"function": {"gpu": "A100-80GB:2", "scaledown_window": 300, "min_containers": 1},
-                   "concurrent": {"max_inputs": 32}}
+    new = reference_modernize(
+        {
+            "gpu": {"type": "A100", "count": 2, "size": "80GB"},
+            "container_idle_timeout": 300,
+            "allow_concurrent_inputs": 32,
+            "keep_warm": 1,
+        }
+    )
+    assert new == {
+        "function": {"gpu": "A100-80GB:2", "scaledown_window": 300, "min_containers": 1},
+        "concurrent": {"max_inputs": 32},
+    }
     app2 = modal.App("old-names")
-    with pytest.raises(Exception):
+    with pytest.raises(modal.exception.DeprecationError):
         app2.function(container_idle_timeout=300)(lambda: None)
     with pytest.raises(AttributeError):
         modal.gpu.A100(count=2)
 
 
 # --- routing model and framework table --------------------------------------------------------------
+
 
 def test_routing_model():
     assert expected_distinct(1, 2) == 1 and abs(expected_distinct(2, 2) - 1.5) < 1e-12
@@ -174,7 +204,9 @@ def test_tenant_workload_shapes():
 
 
 def test_decision_table_reports_missing_figures():
-    rows, missing = decision_table({"05": {"output_tokens_s_at_concurrency_4": {"value": 3.0, "unit": "tok/s"}}})
+    rows, missing = decision_table(
+        {"05": {"output_tokens_s_at_concurrency_4": {"value": 3.0, "unit": "tok/s"}}}
+    )
     assert rows and rows[0]["value"] == 3.0
     assert any("lab 07" in m for m in missing) and any("lab 06" in m for m in missing)
     assert {a["framework"] for a in ALTERNATIVES} >= {"SGLang", "llama.cpp"}
@@ -194,6 +226,7 @@ def test_routing_run_round_trips_its_raw_samples():
 
 # --- lab 10's questions -----------------------------------------------------------------------------
 
+
 def _answers():
     import math
 
@@ -201,7 +234,11 @@ def _answers():
 
     def predict_hit_fraction(policy, tenants, replicas, n):
         n = float(n)
-        misses = min(1.0, n) if policy in ("consistent_hash", "cache_aware") else replicas * (1 - (1 - 1 / replicas) ** n)
+        misses = (
+            min(1.0, n)
+            if policy in ("consistent_hash", "cache_aware")
+            else replicas * (1 - (1 - 1 / replicas) ** n)
+        )
         return (n - misses) / n
 
     def valid_tp_degrees(h, kv, node):
@@ -228,10 +265,18 @@ def _answers():
         tag = c["image"].rsplit("/", 1)[-1].partition(":")[2]
         f |= {"latest_tag"} if tag in ("", "latest") else set()
         f |= {"gpu_not_in_limits"} if "nvidia.com/gpu" not in c["resources"].get("limits", {}) else set()
-        f |= {"token_literal"} if any("value" in e for e in c.get("env", []) if e["name"] == "HF_TOKEN") else set()
+        f |= (
+            {"token_literal"}
+            if any("value" in e for e in c.get("env", []) if e["name"] == "HF_TOKEN")
+            else set()
+        )
         f |= {"misspelt_probe"} if set(c) & {"readinesProbe", "startUpProbe", "livenesProbe"} else set()
         f |= {"port_as_string"} if isinstance(c["ports"][0]["containerPort"], str) else set()
-        f |= {"no_model_cache"} if not any(m["mountPath"] == CACHE_PATH for m in c.get("volumeMounts", [])) else set()
+        f |= (
+            {"no_model_cache"}
+            if not any(m["mountPath"] == CACHE_PATH for m in c.get("volumeMounts", []))
+            else set()
+        )
         t = doc["spec"]["template"]["metadata"]["labels"]
         f |= {"selector_mismatch"} if doc["spec"]["selector"]["matchLabels"] != t else set()
         return f
@@ -241,7 +286,10 @@ def _answers():
 
         good = replica_deployment()
         out = copy.deepcopy(doc)
-        c, g = out["spec"]["template"]["spec"]["containers"][0], good["spec"]["template"]["spec"]["containers"][0]
+        c, g = (
+            out["spec"]["template"]["spec"]["containers"][0],
+            good["spec"]["template"]["spec"]["containers"][0],
+        )
         args, ports = c["args"], [{"name": "http", "containerPort": int(c["ports"][0]["containerPort"])}]
         out["spec"]["template"]["spec"] = good["spec"]["template"]["spec"]
         g["args"], g["ports"] = args, ports
@@ -249,8 +297,11 @@ def _answers():
         return out
 
     def modernize_modal(old):
-        names = {"container_idle_timeout": "scaledown_window", "keep_warm": "min_containers",
-                 "concurrency_limit": "max_containers"}
+        names = {
+            "container_idle_timeout": "scaledown_window",
+            "keep_warm": "min_containers",
+            "concurrency_limit": "max_containers",
+        }
         fn, conc = {}, None
         for k, v in old.items():
             if k == "gpu" and isinstance(v, dict):
@@ -262,10 +313,15 @@ def _answers():
                 fn[names.get(k, k)] = v
         return {"function": fn, "concurrent": conc}
 
-    return {"predict_hit_fraction": predict_hit_fraction, "predicted_gain": None,
-            "valid_tp_degrees": valid_tp_degrees, "plan_parallelism": plan_parallelism,
-            "manifest_faults": manifest_faults, "fix_manifest": fix_manifest,
-            "modernize_modal": modernize_modal}
+    return {
+        "predict_hit_fraction": predict_hit_fraction,
+        "predicted_gain": None,
+        "valid_tp_degrees": valid_tp_degrees,
+        "plan_parallelism": plan_parallelism,
+        "manifest_faults": manifest_faults,
+        "fix_manifest": fix_manifest,
+        "modernize_modal": modernize_modal,
+    }
 
 
 @pytest.mark.parametrize("seed", [0, 123])
@@ -275,8 +331,9 @@ def test_right_answers_score_full_and_stubs_zero(seed):
     ans = _answers()
     scen = lab_scenario("10", seed)
     f = ans["predict_hit_fraction"]
-    ans["predicted_gain"] = (f("consistent_hash", 0, scen["num_replicas"], scen["requests_per_tenant"])
-                             - f("round_robin", 0, scen["num_replicas"], scen["requests_per_tenant"]))
+    ans["predicted_gain"] = f("consistent_hash", 0, scen["num_replicas"], scen["requests_per_tenant"]) - f(
+        "round_robin", 0, scen["num_replicas"], scen["requests_per_tenant"]
+    )
     for qid in ("10.hit_fraction", "10.valid_tp", "10.planner", "10.fix_manifest", "10.modal_upgrade"):
         q = get(qid)
         r = score_graded(q, ans, seed)
@@ -292,7 +349,11 @@ def test_right_answers_score_full_and_stubs_zero(seed):
 def test_measured_question_refuses_a_typed_in_run():
     from lab_utils.grading import get, score_graded
 
-    typed = {"round_robin": {"hit_rate": 0.4}, "consistent_hash": {"hit_rate": 0.6}, "cache_aware": {"hit_rate": 0.6}}
+    typed = {
+        "round_robin": {"hit_rate": 0.4},
+        "consistent_hash": {"hit_rate": 0.6},
+        "cache_aware": {"hit_rate": 0.6},
+    }
     r = score_graded(get("10.routing_measured"), {"routing_runs": typed, "best_policy": "consistent_hash"}, 1)
     assert r.earned == 0
 
@@ -305,13 +366,29 @@ def test_router_compose_gives_each_replica_its_own_gpu_and_waits_for_them():
     path = DOCKER_DIR / "vllm-router-compose.yml"
     doc = yaml.safe_load(path.read_text())
     svcs = doc["services"]
-    ids = [svcs[r]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] for r in ("replica0", "replica1")]
+    ids = [
+        svcs[r]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"]
+        for r in ("replica0", "replica1")
+    ]
     assert ids == [["0"], ["1"]]
-    assert svcs["router"]["depends_on"] == {"replica0": {"condition": "service_healthy"},
-                                            "replica1": {"condition": "service_healthy"}}
-    assert "--prometheus-port" in svcs["router"]["command"][0] and "vllm-router==0.1.17" in svcs["router"]["command"][0]
+    assert svcs["router"]["depends_on"] == {
+        "replica0": {"condition": "service_healthy"},
+        "replica1": {"condition": "service_healthy"},
+    }
+    assert (
+        "--prometheus-port" in svcs["router"]["command"][0]
+        and "vllm-router==0.1.17" in svcs["router"]["command"][0]
+    )
     assert compose_problems(path) == []
     broken = dict(svcs["replica0"])
     broken.pop("deploy")
     broken["runtime"] = "nvidia"
     assert len(service_problems("replica0", broken)) == 2
+
+
+def test_packaged_replica_deployment_is_the_manifest_file():
+    from lab_utils.bench.manifests import load_documents
+    from lab_utils.deploy.manifests import REPLICA_FILE
+
+    on_disk = next(d for d in load_documents(REPLICA_FILE) if d["kind"] == "Deployment")
+    assert replica_deployment() == on_disk

@@ -17,8 +17,9 @@ def test_router_executable_is_in_the_venv():
     assert os.access(router_executable(), os.X_OK)
 
 
-@pytest.mark.parametrize("bad,err", [(["http://127.0.0.1:1/v1"], ValueError), ([], ValueError),
-                                     ("http://127.0.0.1:1", TypeError)])
+@pytest.mark.parametrize(
+    "bad,err", [(["http://127.0.0.1:1/v1"], ValueError), ([], ValueError), ("http://127.0.0.1:1", TypeError)]
+)
 def test_router_refuses_bad_worker_urls(bad, err):
     with pytest.raises(err):
         VLLMRouter(bad)
@@ -29,7 +30,11 @@ def test_router_refuses_unknown_policy_and_gets_its_own_ports():
         VLLMRouter(["http://127.0.0.1:1"], policy="fastest")
     a, b = VLLMRouter(["http://127.0.0.1:1"]), VLLMRouter(["http://127.0.0.1:1"])
     assert len({a.port, b.port, a.prometheus_port, b.prometheus_port}) == 4
-    assert "--prometheus-port" in a.argv and set(POLICIES) >= {"round_robin", "cache_aware", "consistent_hash"}
+    assert "--prometheus-port" in a.argv and set(POLICIES) >= {
+        "round_robin",
+        "cache_aware",
+        "consistent_hash",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -60,11 +65,17 @@ def test_router_forwards_streaming_and_plain_chat_to_both_replicas(replicas):
         client = OpenAI(base_url=router.base_url, api_key="EMPTY")
         model = replicas[0].model_name
         for i in range(2):
-            reply = client.chat.completions.create(model=model, max_tokens=4, temperature=0,
-                                                   messages=[{"role": "user", "content": f"Hello {i}"}])
+            reply = client.chat.completions.create(
+                model=model, max_tokens=4, temperature=0, messages=[{"role": "user", "content": f"Hello {i}"}]
+            )
             assert reply.choices[0].message.content
-            stream = client.chat.completions.create(model=model, max_tokens=4, temperature=0, stream=True,
-                                                    messages=[{"role": "user", "content": f"Count {i}"}])
+            stream = client.chat.completions.create(
+                model=model,
+                max_tokens=4,
+                temperature=0,
+                stream=True,
+                messages=[{"role": "user", "content": f"Count {i}"}],
+            )
             assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     after = [_served(r.url) for r in replicas]
     assert [a - b for a, b in zip(after, before)] == [2.0, 2.0]  # round robin: two of the four each
@@ -84,12 +95,15 @@ def test_affinity_beats_round_robin_on_a_shared_prefix_workload(replicas):
     for k, policy in enumerate(["round_robin", "consistent_hash"]):
         workload = tenant_workload(6, 18, seed=900 + k)  # fresh tenants: no run inherits the other's cache
         with VLLMRouter(replicas.urls, policy=policy) as router:
-            runs[policy] = measure_policy(router, replicas, workload, concurrency=2, max_tokens=4, tokenizer=tok)
+            runs[policy] = measure_policy(
+                router, replicas, workload, concurrency=2, max_tokens=4, tokenizer=tok
+            )
     for run in runs.values():
         assert verify(run) and run.load.summary.num_errors == 0
         assert sum(run.replica_queries) > 0
-    assert runs["consistent_hash"].hit_rate > runs["round_robin"].hit_rate + 0.05, \
-        {k: r.hit_rate for k, r in runs.items()}
+    assert runs["consistent_hash"].hit_rate > runs["round_robin"].hit_rate + 0.05, {
+        k: r.hit_rate for k, r in runs.items()
+    }
 
 
 @pytest.mark.slow
@@ -101,5 +115,9 @@ def test_zz_nothing_is_left_behind(replicas):
         children = [c.pid for p in pids for c in psutil.Process(p).children(recursive=True)]
     assert not router.is_running
     replicas.stop()
-    alive = [p for p in pids + children if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    alive = [
+        p
+        for p in pids + children
+        if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+    ]
     assert not alive, f"still running: {alive}"

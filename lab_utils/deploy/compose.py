@@ -31,8 +31,12 @@ def service_problems(name: str, svc: dict) -> list[str]:
     if not PINNED.search(image.rsplit("/", 1)[-1]):
         out.append(f"{name}: image {image!r} is not pinned to a version tag")
     if "runtime" in svc:
-        out.append(f"{name}: `runtime: {svc['runtime']}` is the old way; reserve the GPU under deploy.resources")
-    devices = (((svc.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices") or []
+        out.append(
+            f"{name}: `runtime: {svc['runtime']}` is the old way; reserve the GPU under deploy.resources"
+        )
+    devices = (((svc.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get(
+        "devices"
+    ) or []
     if not any("gpu" in (d.get("capabilities") or []) for d in devices):
         out.append(f"{name}: no GPU reserved (deploy.resources.reservations.devices with capabilities [gpu])")
     env = svc.get("environment") or {}
@@ -42,12 +46,16 @@ def service_problems(name: str, svc: dict) -> list[str]:
         if "TOKEN" in key and value and not str(value).startswith("${"):
             out.append(f"{name}: {key} is written into the file; read it from the environment")
     if "HUGGING_FACE_HUB_TOKEN" in env and "HF_TOKEN" not in env:
-        out.append(f"{name}: HUGGING_FACE_HUB_TOKEN is the old variable name; the Hub libraries read HF_TOKEN")
+        out.append(
+            f"{name}: HUGGING_FACE_HUB_TOKEN is the old variable name; the Hub libraries read HF_TOKEN"
+        )
     if "healthcheck" not in svc:
         out.append(f"{name}: no healthcheck")
     vols = [str(v) for v in svc.get("volumes") or []]
-    if not any(v.split(":")[-1] in CACHE_TARGETS or (":" in v and v.rsplit(":", 2)[-2] in CACHE_TARGETS)
-               for v in vols):
+    if not any(
+        v.split(":")[-1] in CACHE_TARGETS or (":" in v and v.rsplit(":", 2)[-2] in CACHE_TARGETS)
+        for v in vols
+    ):
         out.append(f"{name}: no volume for the model cache")
     return out
 

@@ -25,16 +25,28 @@ MEASURED = [
 
 # Facts about frameworks the course does not run, with where they were read and when.
 ALTERNATIVES = [
-    {"framework": "SGLang", "fact": "RadixAttention keeps computed prefixes in a radix tree and reuses them across "
-     "requests (automatic prefix caching); OpenAI-compatible server; structured output through xGrammar",
-     "source": "NVIDIA build page 'SGLang inference' (build.nvidia.com/station/sglang-inference), read 2026-12-01"},
-    {"framework": "SGLang", "fact": "vLLM's router (`vllm-router`, used in this lab) was adapted from SGLang's router",
-     "source": "vllm-router README, 'Built on SGLang Router Foundation' (github.com/Prowindy/vllm-router), read 2026-12-01"},
-    {"framework": "llama.cpp", "fact": "`llama-server`: C/C++ server for GGUF models (F16 and quantized) on CPU and "
-     "GPU, OpenAI-compatible chat, continuous batching with parallel decoding, schema-constrained JSON",
-     "source": "llama.cpp tools/server/README.md (github.com/ggml-org/llama.cpp), read 2026-12-01"},
-    {"framework": "TGI", "fact": "in maintenance mode since December 2025; Hugging Face points users to vLLM and SGLang",
-     "source": "the course's DESIGN notes (lab 06), checked 2026-12-01"},
+    {
+        "framework": "SGLang",
+        "fact": "RadixAttention keeps computed prefixes in a radix tree and reuses them across "
+        "requests (automatic prefix caching); OpenAI-compatible server; structured output through xGrammar",
+        "source": "NVIDIA build page 'SGLang inference' (build.nvidia.com/station/sglang-inference), read 2026-12-01",
+    },
+    {
+        "framework": "SGLang",
+        "fact": "vLLM's router (`vllm-router`, used in this lab) was adapted from SGLang's router",
+        "source": "vllm-router README, 'Built on SGLang Router Foundation' (github.com/Prowindy/vllm-router), read 2026-12-01",
+    },
+    {
+        "framework": "llama.cpp",
+        "fact": "`llama-server`: C/C++ server for GGUF models (F16 and quantized) on CPU and "
+        "GPU, OpenAI-compatible chat, continuous batching with parallel decoding, schema-constrained JSON",
+        "source": "llama.cpp tools/server/README.md (github.com/ggml-org/llama.cpp), read 2026-12-01",
+    },
+    {
+        "framework": "TGI",
+        "fact": "in maintenance mode since December 2025; Hugging Face points users to vLLM and SGLang",
+        "source": "the course's DESIGN notes (lab 06), checked 2026-12-01",
+    },
 ]
 
 
@@ -56,9 +68,16 @@ def decision_table(results: dict | None = None) -> tuple[list[dict], list[str]]:
         if value is None:
             missing.append(f"{framework}: {what} (recorded without a value: rerun lab {lab})")
             continue
-        rows.append({"framework": framework, "lab": lab, "figure": what, "value": value,
-                     "unit": entry.get("unit", "") if isinstance(entry, dict) else "",
-                     "mode": entry.get("mode", "") if isinstance(entry, dict) else ""})
+        rows.append(
+            {
+                "framework": framework,
+                "lab": lab,
+                "figure": what,
+                "value": value,
+                "unit": entry.get("unit", "") if isinstance(entry, dict) else "",
+                "mode": entry.get("mode", "") if isinstance(entry, dict) else "",
+            }
+        )
     return rows, missing
 
 

@@ -14,7 +14,6 @@ GET /health; the model cache is a PersistentVolumeClaim mounted where vLLM looks
 
 from __future__ import annotations
 
-import copy
 import random
 import re
 from pathlib import Path
@@ -38,9 +37,92 @@ FAULTS = {
 }
 
 
+# The replica Deployment of docker/k8s/replicas/vllm-replicas.yaml, kept here too because the grader
+# runs checks with a copy of lab_utils only; tests/test_deploy.py proves the two are the same.
+REPLICA_DEPLOYMENT_YAML = """
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: vllm-replica
+  labels:
+    app: vllm-replica
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      app: vllm-replica
+  template:
+    metadata:
+      labels:
+        app: vllm-replica
+    spec:
+      terminationGracePeriodSeconds: 60
+      containers:
+      - name: vllm
+        image: vllm/vllm-openai:v0.32.0
+        args:
+        - --model
+        - HuggingFaceTB/SmolLM2-135M-Instruct
+        - --host
+        - 0.0.0.0
+        - --port
+        - '8000'
+        - --enable-prefix-caching
+        env:
+        - name: HF_TOKEN
+          valueFrom:
+            secretKeyRef:
+              name: hf-token
+              key: HF_TOKEN
+        ports:
+        - name: http
+          containerPort: 8000
+        resources:
+          requests:
+            cpu: '4'
+            memory: 16Gi
+          limits:
+            memory: 32Gi
+            nvidia.com/gpu: '1'
+        startupProbe:
+          httpGet:
+            path: /health
+            port: http
+          periodSeconds: 10
+          failureThreshold: 60
+        readinessProbe:
+          httpGet:
+            path: /health
+            port: http
+          periodSeconds: 5
+          failureThreshold: 3
+        livenessProbe:
+          httpGet:
+            path: /health
+            port: http
+          periodSeconds: 15
+          failureThreshold: 4
+        volumeMounts:
+        - name: model-cache
+          mountPath: /root/.cache/huggingface
+        - name: shm
+          mountPath: /dev/shm
+      volumes:
+      - name: model-cache
+        persistentVolumeClaim:
+          claimName: vllm-model-cache
+      - name: shm
+        emptyDir:
+          medium: Memory
+          sizeLimit: 8Gi
+"""
+
+
 def replica_deployment() -> dict:
     """The correct replica Deployment of docker/k8s/replicas/vllm-replicas.yaml (a fresh copy)."""
-    return copy.deepcopy(next(d for d in load_documents(REPLICA_FILE) if d["kind"] == "Deployment"))
+    import yaml
+
+    return yaml.safe_load(REPLICA_DEPLOYMENT_YAML)
 
 
 def _container(doc: dict) -> dict:
@@ -72,14 +154,18 @@ def deployment_problems(doc: dict) -> list[str]:
     for e in c.get("env") or []:
         if e.get("name") in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN") and "value" in e:
             out.append(f"{e['name']} is a literal value; read it from a Secret (valueFrom.secretKeyRef)")
-    if not any(e.get("name") == "HF_TOKEN" and (e.get("valueFrom") or {}).get("secretKeyRef")
-               for e in c.get("env") or []):
+    if not any(
+        e.get("name") == "HF_TOKEN" and (e.get("valueFrom") or {}).get("secretKeyRef")
+        for e in c.get("env") or []
+    ):
         out.append("HF_TOKEN is not read from a Secret")
     for key in ("startupProbe", "readinessProbe"):
         if not _probe_ok(c, key):
             out.append(f"{key} does not GET /health")
     claims = {v["name"] for v in pod["spec"].get("volumes") or [] if v.get("persistentVolumeClaim")}
-    if not any(m.get("mountPath") == CACHE_PATH and m.get("name") in claims for m in c.get("volumeMounts") or []):
+    if not any(
+        m.get("mountPath") == CACHE_PATH and m.get("name") in claims for m in c.get("volumeMounts") or []
+    ):
         out.append(f"no PersistentVolumeClaim mounted at {CACHE_PATH}")
     labels = (pod.get("metadata") or {}).get("labels") or {}
     match = (spec.get("selector") or {}).get("matchLabels") or {}
@@ -98,10 +184,17 @@ def _apply(doc: dict, fault: str, rng: random.Random) -> None:
         c["resources"].setdefault("requests", {})["nvidia.com/gpu"] = gpus
     elif fault == "token_literal":
         c["env"] = [e for e in c.get("env", []) if e["name"] != "HF_TOKEN"]
-        c["env"].append({"name": "HF_TOKEN", "value": "hf_" + "".join(rng.choice("abcdef0123456789") for _ in range(20))})
+        c["env"].append(
+            {"name": "HF_TOKEN", "value": "hf_" + "".join(rng.choice("abcdef0123456789") for _ in range(20))}
+        )
     elif fault == "misspelt_probe":
-        key, bad = rng.choice([("readinessProbe", "readinesProbe"), ("startupProbe", "startUpProbe"),
-                               ("livenessProbe", "livenesProbe")])
+        key, bad = rng.choice(
+            [
+                ("readinessProbe", "readinesProbe"),
+                ("startupProbe", "startUpProbe"),
+                ("livenessProbe", "livenesProbe"),
+            ]
+        )
         c[bad] = c.pop(key)
     elif fault == "port_as_string":
         c["ports"][0]["containerPort"] = str(c["ports"][0]["containerPort"])
@@ -110,7 +203,9 @@ def _apply(doc: dict, fault: str, rng: random.Random) -> None:
         c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] not in cache]
         pod["volumes"] = [v for v in pod["volumes"] if v["name"] not in cache]
     elif fault == "selector_mismatch":
-        doc["spec"]["selector"]["matchLabels"] = {"app": doc["metadata"]["name"] + "-" + rng.choice(["v2", "old", "x"])}
+        doc["spec"]["selector"]["matchLabels"] = {
+            "app": doc["metadata"]["name"] + "-" + rng.choice(["v2", "old", "x"])
+        }
     else:
         raise ValueError(f"unknown fault {fault!r}; one of {sorted(FAULTS)}")
 
@@ -118,17 +213,36 @@ def _apply(doc: dict, fault: str, rng: random.Random) -> None:
 def varied_deployment(rng: random.Random) -> dict:
     """A correct replica Deployment with its own name, replica count, model and port."""
     doc = replica_deployment()
-    name = rng.choice(["chat", "support", "search", "summarise", "agents"]) + "-" + rng.choice(["a", "b", "prod", "eu"])
+    name = (
+        rng.choice(["chat", "support", "search", "summarise", "agents"])
+        + "-"
+        + rng.choice(["a", "b", "prod", "eu"])
+    )
     port = rng.choice([8000, 8080, 9000])
     doc["metadata"] = {"name": name, "labels": {"app": name}}
     doc["spec"]["replicas"] = rng.randint(1, 6)
     doc["spec"]["selector"] = {"matchLabels": {"app": name}}
     doc["spec"]["template"]["metadata"] = {"labels": {"app": name}}
     c = _container(doc)
-    model = rng.choice(["HuggingFaceTB/SmolLM2-135M-Instruct", "Qwen/Qwen2.5-7B-Instruct",
-                        "meta-llama/Llama-3.1-8B-Instruct", "mistralai/Mistral-7B-Instruct-v0.3"])
-    c["args"] = ["--model", model, "--host", "0.0.0.0", "--port", str(port), "--enable-prefix-caching",
-                 "--max-model-len", str(rng.choice([4096, 8192, 16384]))]
+    model = rng.choice(
+        [
+            "HuggingFaceTB/SmolLM2-135M-Instruct",
+            "Qwen/Qwen2.5-7B-Instruct",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "mistralai/Mistral-7B-Instruct-v0.3",
+        ]
+    )
+    c["args"] = [
+        "--model",
+        model,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(port),
+        "--enable-prefix-caching",
+        "--max-model-len",
+        str(rng.choice([4096, 8192, 16384])),
+    ]
     c["ports"] = [{"name": "http", "containerPort": port}]
     c["image"] = "vllm/vllm-openai:" + rng.choice(["v0.31.1", "v0.32.0"])
     return doc
@@ -170,5 +284,15 @@ def validate_replica_files(directory: str | Path = REPLICAS_DIR) -> dict[str, li
     return out
 
 
-__all__ = ["CACHE_PATH", "FAULTS", "REPLICAS_DIR", "REPLICA_FILE", "break_deployment", "deployment_problems",
-           "kept_settings", "replica_deployment", "validate_replica_files", "varied_deployment"]
+__all__ = [
+    "CACHE_PATH",
+    "FAULTS",
+    "REPLICAS_DIR",
+    "REPLICA_FILE",
+    "break_deployment",
+    "deployment_problems",
+    "kept_settings",
+    "replica_deployment",
+    "validate_replica_files",
+    "varied_deployment",
+]

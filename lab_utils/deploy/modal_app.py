@@ -52,8 +52,10 @@ def build_app(settings: ModalSettings | None = None):
     app = modal.App(s.app_name)
     image = modal.Image.from_registry(VLLM_IMAGE).entrypoint([])  # the image's own entrypoint is `vllm serve`
     cache = modal.Volume.from_name(s.volume, create_if_missing=True)
-    cmd = (f"vllm serve {s.model} --host 0.0.0.0 --port {s.port} --enable-prefix-caching "
-           f"--served-model-name {s.model}")
+    cmd = (
+        f"vllm serve {s.model} --host 0.0.0.0 --port {s.port} --enable-prefix-caching "
+        f"--served-model-name {s.model}"
+    )
 
     def serve() -> None:
         import subprocess
@@ -63,9 +65,17 @@ def build_app(settings: ModalSettings | None = None):
     serve.__qualname__ = serve.__name__ = "serve"
     wrapped = modal.web_server(port=s.port, startup_timeout=s.startup_timeout)(serve)
     wrapped = modal.concurrent(max_inputs=s.max_inputs)(wrapped)
-    fn = app.function(image=image, gpu=s.gpu, volumes={CACHE: cache}, secrets=[modal.Secret.from_name(s.secret)],
-                      scaledown_window=s.scaledown_window, min_containers=s.min_containers,
-                      max_containers=s.max_containers, timeout=24 * 3600, serialized=True)(wrapped)
+    fn = app.function(
+        image=image,
+        gpu=s.gpu,
+        volumes={CACHE: cache},
+        secrets=[modal.Secret.from_name(s.secret)],
+        scaledown_window=s.scaledown_window,
+        min_containers=s.min_containers,
+        max_containers=s.max_containers,
+        timeout=24 * 3600,
+        serialized=True,
+    )(wrapped)
     return app, fn, s
 
 
@@ -76,21 +86,27 @@ def function_report(fn) -> dict:
     raw = synchronizer._translate_in(fn)
     spec = raw._spec
     hook = getattr(raw, "_webhook_config", None)
-    return {"gpu": spec.gpus, "volumes": sorted(spec.volumes), "secrets": [repr(x) for x in spec.secrets],
-            "web_server_port": getattr(hook, "web_server_port", None) if hook else None,
-            "web_server_startup_timeout": getattr(hook, "web_server_startup_timeout", None) if hook else None,
-            "web_server": bool(hook) and getattr(hook, "web_server_port", 0) > 0}
+    return {
+        "gpu": spec.gpus,
+        "volumes": sorted(spec.volumes),
+        "secrets": [repr(x) for x in spec.secrets],
+        "web_server_port": getattr(hook, "web_server_port", None) if hook else None,
+        "web_server_startup_timeout": getattr(hook, "web_server_startup_timeout", None) if hook else None,
+        "web_server": bool(hook) and getattr(hook, "web_server_port", 0) > 0,
+    }
 
 
 def settings_row(settings: ModalSettings) -> dict:
     return asdict(settings)
 
 
-
 # -- the seeds' keyword arguments, rewritten in today's names (the reference of lab 10's exercise) --
 
-RENAMED = {"container_idle_timeout": "scaledown_window", "keep_warm": "min_containers",
-           "concurrency_limit": "max_containers"}
+RENAMED = {
+    "container_idle_timeout": "scaledown_window",
+    "keep_warm": "min_containers",
+    "concurrency_limit": "max_containers",
+}
 
 
 def gpu_string(gpu) -> str | None:
@@ -119,5 +135,14 @@ def reference_modernize(old: dict) -> dict:
     return {"function": fn, "concurrent": concurrent}
 
 
-__all__ = ["CACHE", "RENAMED", "ModalSettings", "VLLM_IMAGE", "build_app", "function_report", "gpu_string",
-           "reference_modernize", "settings_row"]
+__all__ = [
+    "CACHE",
+    "RENAMED",
+    "ModalSettings",
+    "VLLM_IMAGE",
+    "build_app",
+    "function_report",
+    "gpu_string",
+    "reference_modernize",
+    "settings_row",
+]

@@ -20,7 +20,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..memory import GiB, ModelSpec, activation_bytes, dtype_bytes, get_gpu, kv_heads_per_gpu, runtime_overhead_bytes, weight_bytes
+from ..memory import (
+    GiB,
+    ModelSpec,
+    activation_bytes,
+    dtype_bytes,
+    get_gpu,
+    kv_heads_per_gpu,
+    runtime_overhead_bytes,
+    weight_bytes,
+)
 
 NODE_GPUS = 8  # GPUs in one NVLink domain (an HGX node)
 
@@ -66,15 +75,28 @@ class ParallelMemory:
         return self.kv_tokens // int(max_model_len)
 
     def as_row(self) -> dict:
-        return {"TP": self.tp, "PP": self.pp, "GPUs": self.tp * self.pp,
-                "weights GiB/GPU": round(self.weights_bytes / GiB, 2),
-                "activations GiB": round(self.activation_bytes / GiB, 2),
-                "overhead GiB": round(self.overhead_bytes / GiB, 2),
-                "KV GiB/GPU": round(self.kv_bytes / GiB, 2), "KV tokens": self.kv_tokens}
+        return {
+            "TP": self.tp,
+            "PP": self.pp,
+            "GPUs": self.tp * self.pp,
+            "weights GiB/GPU": round(self.weights_bytes / GiB, 2),
+            "activations GiB": round(self.activation_bytes / GiB, 2),
+            "overhead GiB": round(self.overhead_bytes / GiB, 2),
+            "KV GiB/GPU": round(self.kv_bytes / GiB, 2),
+            "KV tokens": self.kv_tokens,
+        }
 
 
-def per_gpu_memory(spec: ModelSpec, gpu: str, tp: int = 1, pp: int = 1, *, weights: str = "bfloat16",
-                   kv_cache_dtype: str = "bfloat16", gpu_memory_utilization: float = 0.9) -> ParallelMemory:
+def per_gpu_memory(
+    spec: ModelSpec,
+    gpu: str,
+    tp: int = 1,
+    pp: int = 1,
+    *,
+    weights: str = "bfloat16",
+    kv_cache_dtype: str = "bfloat16",
+    gpu_memory_utilization: float = 0.9,
+) -> ParallelMemory:
     """Memory of one GPU in a TP x PP replica of `spec` (see the module docstring for the terms)."""
     g = get_gpu(gpu)
     n = tp * pp
@@ -83,7 +105,13 @@ def per_gpu_memory(spec: ModelSpec, gpu: str, tp: int = 1, pp: int = 1, *, weigh
     over = runtime_overhead_bytes(n)
     budget = int(gpu_memory_utilization * g.memory_bytes)
     left = budget - w - act - over
-    per_token = 2 * math.ceil(spec.num_layers / pp) * kv_heads_per_gpu(spec, tp) * spec.head_dim * dtype_bytes(kv_cache_dtype)
+    per_token = (
+        2
+        * math.ceil(spec.num_layers / pp)
+        * kv_heads_per_gpu(spec, tp)
+        * spec.head_dim
+        * dtype_bytes(kv_cache_dtype)
+    )
     tokens = max(0, left) // per_token
     return ParallelMemory(tp, pp, g.name, budget, w, act, over, left, per_token, tokens)
 
@@ -118,9 +146,17 @@ def reference_plan(spec: ModelSpec, gpu: str, slo: dict, *, max_pp: int = 8) -> 
         if best is None or key < best[0]:
             best = (key, (tp, pp, replicas))
     if best is None:
-        raise ValueError(f"{spec.name} with {length}-token requests fits no TP<={node} x PP<={max_pp} of {gpu}")
+        raise ValueError(
+            f"{spec.name} with {length}-token requests fits no TP<={node} x PP<={max_pp} of {gpu}"
+        )
     return best[1]
 
 
-__all__ = ["NODE_GPUS", "ParallelMemory", "bubble_fraction", "parallel_problems", "per_gpu_memory",
-           "reference_plan"]
+__all__ = [
+    "NODE_GPUS",
+    "ParallelMemory",
+    "bubble_fraction",
+    "parallel_problems",
+    "per_gpu_memory",
+    "reference_plan",
+]

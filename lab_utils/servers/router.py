@@ -42,16 +42,25 @@ def router_executable() -> str:
     found = shutil.which("vllm-router")
     if found:
         return found
-    raise FileNotFoundError("vllm-router is not installed in this environment: "
-                            "pip install -r requirements/course-cpu.txt (it pins vllm-router)")
+    raise FileNotFoundError(
+        "vllm-router is not installed in this environment: "
+        "pip install -r requirements/course-cpu.txt (it pins vllm-router)"
+    )
 
 
 class VLLMRouter(ServerProcess):
     """`vllm-router --worker-urls ... --policy P` as a subprocess with its own HTTP and metrics ports."""
 
-    def __init__(self, worker_urls: Sequence[str], *, policy: str = "round_robin", port: int | None = None,
-                 prometheus_port: int | None = None, extra_args: Sequence[str] = (),
-                 startup_timeout: float = 60.0):
+    def __init__(
+        self,
+        worker_urls: Sequence[str],
+        *,
+        policy: str = "round_robin",
+        port: int | None = None,
+        prometheus_port: int | None = None,
+        extra_args: Sequence[str] = (),
+        startup_timeout: float = 60.0,
+    ):
         if isinstance(worker_urls, str):
             raise TypeError("worker_urls is a list of URLs such as ['http://127.0.0.1:8001'], not one string")
         urls = [str(u).rstrip("/") for u in worker_urls]
@@ -65,11 +74,32 @@ class VLLMRouter(ServerProcess):
         self.worker_urls = urls
         self.policy = policy
         self.prometheus_port = prometheus_port if prometheus_port is not None else free_port()
-        argv = [router_executable(), "--host", "{host}", "--port", "{port}", "--worker-urls", *urls,
-                "--policy", policy, "--prometheus-host", HOST, "--prometheus-port", str(self.prometheus_port),
-                "--log-level", "warning", *map(str, extra_args)]
-        super().__init__(f"vllm-router-{policy}", argv, port=port, host=HOST, health_path="/health",
-                         startup_timeout=startup_timeout)
+        argv = [
+            router_executable(),
+            "--host",
+            "{host}",
+            "--port",
+            "{port}",
+            "--worker-urls",
+            *urls,
+            "--policy",
+            policy,
+            "--prometheus-host",
+            HOST,
+            "--prometheus-port",
+            str(self.prometheus_port),
+            "--log-level",
+            "warning",
+            *map(str, extra_args),
+        ]
+        super().__init__(
+            f"vllm-router-{policy}",
+            argv,
+            port=port,
+            host=HOST,
+            health_path="/health",
+            startup_timeout=startup_timeout,
+        )
 
     @property
     def base_url(self) -> str:
@@ -81,7 +111,7 @@ class VLLMRouter(ServerProcess):
         """The router's own Prometheus page (its --prometheus-port)."""
         return f"http://{HOST}:{self.prometheus_port}/metrics"
 
-    def __enter__(self) -> "VLLMRouter":
+    def __enter__(self) -> VLLMRouter:
         self.start()
         return self
 
@@ -100,16 +130,24 @@ class ReplicaSet(list):
     def urls(self) -> list[str]:
         return [s.url for s in self]
 
-    def __enter__(self) -> "ReplicaSet":
+    def __enter__(self) -> ReplicaSet:
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
 
-def start_replicas(n: int = 2, *, model: str | Path | None = None, kv_cache_gib: float = 1.0,
-                   max_model_len: int = 2048, cores_per_replica: int = 1, backend: str = "auto",
-                   extra_args: Sequence[str] = (), startup_timeout: float = 600) -> ReplicaSet:
+def start_replicas(
+    n: int = 2,
+    *,
+    model: str | Path | None = None,
+    kv_cache_gib: float = 1.0,
+    max_model_len: int = 2048,
+    cores_per_replica: int = 1,
+    backend: str = "auto",
+    extra_args: Sequence[str] = (),
+    startup_timeout: float = 600,
+) -> ReplicaSet:
     """Start `n` vLLM servers concurrently, each on its own port and, on CPU, its own core(s).
 
     CPU mode pins replica i to cores [i*cores_per_replica, ...) with `taskset` (cycled over the
@@ -123,7 +161,11 @@ def start_replicas(n: int = 2, *, model: str | Path | None = None, kv_cache_gib:
 
     if int(n) < 1:
         raise ValueError(f"n must be at least 1 replica, got {n}")
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cpus = (
+        sorted(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else list(range(os.cpu_count() or 1))
+    )
     from ..runtime import resolve_backend
 
     gpus = 0
@@ -135,17 +177,26 @@ def start_replicas(n: int = 2, *, model: str | Path | None = None, kv_cache_gib:
     for i in range(int(n)):
         # GPU mode: a GPU per replica when there are enough, else a share of GPU 0's memory each
         share = None if gpus >= n or gpus == 0 else round(0.85 / n, 2)
-        srv = VLLMServer(model, kv_cache_gib=kv_cache_gib, max_model_len=max_model_len, backend=backend,
-                         extra_args=["--enable-prefix-caching", *extra_args], startup_timeout=startup_timeout,
-                         gpu_memory_utilization=share)
+        srv = VLLMServer(
+            model,
+            kv_cache_gib=kv_cache_gib,
+            max_model_len=max_model_len,
+            backend=backend,
+            extra_args=["--enable-prefix-caching", *extra_args],
+            startup_timeout=startup_timeout,
+            gpu_memory_utilization=share,
+        )
         if gpus >= n:
             srv.env = {**(srv.env or {}), "CUDA_VISIBLE_DEVICES": str(i)}
         if srv.mode == "cpu":
             mine = [cpus[(i * cores_per_replica + k) % len(cpus)] for k in range(cores_per_replica)]
             if shutil.which("taskset"):
                 srv.argv = ["taskset", "-c", ",".join(map(str, mine))] + srv.argv
-            srv.env = {**(srv.env or {}), "OMP_NUM_THREADS": str(cores_per_replica),
-                       "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, mine))}
+            srv.env = {
+                **(srv.env or {}),
+                "OMP_NUM_THREADS": str(cores_per_replica),
+                "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, mine)),
+            }
         srv.name = f"vllm-replica{i}"
         srv.log_path = srv.log_path.with_name(f"vllm-replica{i}-{srv.port}.log")
         servers.append(srv)

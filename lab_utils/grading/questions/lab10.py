@@ -11,7 +11,6 @@ from the raw counter samples.
 from __future__ import annotations
 
 import copy
-import math
 import random
 
 from lab_utils.grading.registry import hidden, question, scenario
@@ -27,18 +26,31 @@ def _(rng):
         "num_tenants": rng.choice([6, 8, 10, 12]),
         "requests_per_tenant": rng.choice([2, 3, 4]),
         "num_replicas": 2,
-        "plan": {"model": rng.choice(["Llama-3-8B", "Qwen2.5-14B", "Llama-3-70B", "Qwen2.5-72B"]),
-                 "gpu": rng.choice(["L40S", "A100-80GB", "H100-80GB"]),
-                 "max_model_len": rng.choice([4096, 8192, 16384]),
-                 "concurrent_requests": rng.choice([16, 32, 64, 128])},
-        "pools": {"num_gpus": rng.choice([4, 6]), "rate": rng.choice([6.0, 8.0, 10.0]),
-                  "prompt_len": rng.choice([2000, 3000, 4000]), "output_len": rng.choice([128, 256])},
+        "plan": {
+            "model": rng.choice(["Llama-3-8B", "Qwen2.5-14B", "Llama-3-70B", "Qwen2.5-72B"]),
+            "gpu": rng.choice(["L40S", "A100-80GB", "H100-80GB"]),
+            "max_model_len": rng.choice([4096, 8192, 16384]),
+            "concurrent_requests": rng.choice([16, 32, 64, 128]),
+        },
+        "pools": {
+            "num_gpus": rng.choice([4, 6]),
+            "rate": rng.choice([6.0, 8.0, 10.0]),
+            "prompt_len": rng.choice([2000, 3000, 4000]),
+            "output_len": rng.choice([128, 256]),
+        },
         "manifest_seed": rng.randint(0, 10_000),
-        "modal_old": {"gpu": rng.choice([{"type": "A100", "count": rng.choice([1, 2]), "size": rng.choice(["80GB", None])},
-                                         {"type": "H100", "count": rng.choice([1, 2]), "size": None}]),
-                      "container_idle_timeout": rng.choice([120, 300, 600]),
-                      "allow_concurrent_inputs": rng.choice([16, 32, 64]),
-                      "keep_warm": rng.choice([0, 1]), "timeout": 3600},
+        "modal_old": {
+            "gpu": rng.choice(
+                [
+                    {"type": "A100", "count": rng.choice([1, 2]), "size": rng.choice(["80GB", None])},
+                    {"type": "H100", "count": rng.choice([1, 2]), "size": None},
+                ]
+            ),
+            "container_idle_timeout": rng.choice([120, 300, 600]),
+            "allow_concurrent_inputs": rng.choice([16, 32, 64]),
+            "keep_warm": rng.choice([0, 1]),
+            "timeout": 3600,
+        },
     }
 
 
@@ -48,16 +60,23 @@ def _close(a: float, b: float, tol: float) -> bool:
 
 # --- 10.hit_fraction (predict, then measure) -----------------------------------------------------
 
-@question("10.hit_fraction", points=2, answers=["predict_hit_fraction", "predicted_gain"], predict=True,
-          forbid=["lab_utils.routing:reference_hit_fraction", "lab_utils.routing:expected_distinct"])
+
+@question(
+    "10.hit_fraction",
+    points=2,
+    answers=["predict_hit_fraction", "predicted_gain"],
+    predict=True,
+    forbid=["lab_utils.routing:reference_hit_fraction", "lab_utils.routing:expected_distinct"],
+)
 def _(predict_hit_fraction, predicted_gain):
     """Expected share of requests that find their tenant's prefix cached, per policy."""
     rr = float(predict_hit_fraction("round_robin", 8, 2, 3))
     ch = float(predict_hit_fraction("consistent_hash", 8, 2, 3))
     assert 0 <= rr <= 1 and 0 <= ch <= 1, "a fraction of requests lies between 0 and 1"
     assert ch > rr, "a policy that keeps a tenant on one replica pays fewer cold prefills"
-    assert _close(predict_hit_fraction("round_robin", 8, 1, 3), ch, 1e-9), \
+    assert _close(predict_hit_fraction("round_robin", 8, 1, 3), ch, 1e-9), (
         "with one replica every policy sends a tenant to the same place"
+    )
     assert 0 < float(predicted_gain) < 1, "the gain is a difference of two fractions, for this lab's scenario"
 
 
@@ -73,11 +92,13 @@ def _(predict_hit_fraction, predicted_gain, rng, scenario):
     assert not wrong, f"wrong on {wrong} of 30 unseen (policy, tenants, replicas, requests) cases"
     t, r, n = scenario["num_tenants"], scenario["num_replicas"], scenario["requests_per_tenant"]
     want = reference_hit_fraction("consistent_hash", t, r, n) - reference_hit_fraction("round_robin", t, r, n)
-    assert _close(predicted_gain, want, 0.01), \
+    assert _close(predicted_gain, want, 0.01), (
         "predicted_gain is not the difference for this lab's scenario (within 0.01)"
+    )
 
 
 # --- 10.routing_measured --------------------------------------------------------------------------
+
 
 def _runs(routing_runs) -> dict:
     from lab_utils.grading.provenance import verify
@@ -87,8 +108,10 @@ def _runs(routing_runs) -> dict:
         raise AssertionError("routing_runs maps each policy's name to the RoutingRun measure_policy returned")
     for name, run in routing_runs.items():
         if not isinstance(run, RoutingRun) or not verify(run):
-            raise AssertionError(f"routing_runs[{name!r}] must be the object measure_policy returned in this run, "
-                                 "unchanged; a typed-in or edited value cannot be checked")
+            raise AssertionError(
+                f"routing_runs[{name!r}] must be the object measure_policy returned in this run, "
+                "unchanged; a typed-in or edited value cannot be checked"
+            )
     return routing_runs
 
 
@@ -111,18 +134,24 @@ def _(routing_runs, best_policy, rng, scenario):
         if again.policy != name or again.load.summary.num_ok < 1:
             raise AssertionError(f"routing_runs[{name!r}] is not a completed run of that policy")
         rates[name] = again.hit_rate
-    assert str(best_policy) == max(rates, key=lambda k: (rates[k], k)), \
+    assert str(best_policy) == max(rates, key=lambda k: (rates[k], k)), (
         "best_policy is not the policy with the highest measured hit rate"
+    )
 
 
 # --- 10.valid_tp ------------------------------------------------------------------------------------
+
 
 def _ref_tp(heads: int, kv: int, node: int) -> list[int]:
     return [t for t in range(1, node + 1) if heads % t == 0 and (kv % t == 0 or t % kv == 0)]
 
 
-@question("10.valid_tp", points=2, answers=["valid_tp_degrees"],
-          forbid=["lab_utils.deploy.parallel:parallel_problems"])
+@question(
+    "10.valid_tp",
+    points=2,
+    answers=["valid_tp_degrees"],
+    forbid=["lab_utils.deploy.parallel:parallel_problems"],
+)
 def _(valid_tp_degrees):
     """Tensor-parallel degrees a model's heads allow within one node."""
     got = [int(t) for t in valid_tp_degrees(32, 8, 8)]
@@ -146,6 +175,7 @@ def _(valid_tp_degrees, rng, scenario):
 
 # --- 10.planner ---------------------------------------------------------------------------------------
 
+
 def _random_spec(rng: random.Random):
     from lab_utils.drills.shapes import MODELS
     from lab_utils.memory import ModelSpec
@@ -156,24 +186,39 @@ def _random_spec(rng: random.Random):
     kv = rng.choice([4, 8])
     heads = kv * rng.choice([4, 5, 6, 8])
     hidden_size = heads * 128
-    return ModelSpec(f"synthetic-{heads}h", rng.choice([24, 32, 40, 48, 60, 80]), hidden_size, heads, kv, 128,
-                     hidden_size * rng.choice([3, 4]), rng.choice([32000, 128256]))
+    return ModelSpec(
+        f"synthetic-{heads}h",
+        rng.choice([24, 32, 40, 48, 60, 80]),
+        hidden_size,
+        heads,
+        kv,
+        128,
+        hidden_size * rng.choice([3, 4]),
+        rng.choice([32000, 128256]),
+    )
 
 
-@question("10.planner", points=3, answers=["plan_parallelism"],
-          forbid=["lab_utils.deploy.parallel:reference_plan"])
+@question(
+    "10.planner", points=3, answers=["plan_parallelism"], forbid=["lab_utils.deploy.parallel:reference_plan"]
+)
 def _(plan_parallelism):
     """(TP, PP, replicas) for a model, a GPU and an SLO, by the rules the lab states."""
     from lab_utils.deploy.parallel import per_gpu_memory
     from lab_utils.drills.shapes import MODELS
 
     spec = MODELS["Llama-3-8B"]
-    tp, pp, n = (int(v) for v in plan_parallelism(spec, "H100-80GB", {"max_model_len": 8192, "concurrent_requests": 16}))
+    tp, pp, n = (
+        int(v)
+        for v in plan_parallelism(spec, "H100-80GB", {"max_model_len": 8192, "concurrent_requests": 16})
+    )
     assert tp >= 1 and pp >= 1 and n >= 1, "three whole numbers, each at least 1"
-    assert per_gpu_memory(spec, "H100-80GB", tp, pp).concurrency(8192) * n >= 16, \
+    assert per_gpu_memory(spec, "H100-80GB", tp, pp).concurrency(8192) * n >= 16, (
         "the replicas together must hold every concurrent request"
+    )
     big = MODELS["Llama-3-70B"]
-    tp2, pp2, _ = (int(v) for v in plan_parallelism(big, "L40S", {"max_model_len": 8192, "concurrent_requests": 8}))
+    tp2, pp2, _ = (
+        int(v) for v in plan_parallelism(big, "L40S", {"max_model_len": 8192, "concurrent_requests": 8})
+    )
     assert tp2 * pp2 > 1 and tp2 <= 8, "a 70B model in bf16 does not fit one 48 GB GPU; TP stays in the node"
 
 
@@ -185,8 +230,11 @@ def _(plan_parallelism, rng, scenario):
     for _ in range(12):
         spec = _random_spec(rng)
         gpu = rng.choice(_GPUS)
-        slo = {"max_model_len": rng.choice([2048, 4096, 8192, 32768]),
-               "concurrent_requests": rng.choice([1, 8, 32, 100, 256]), "gpus_per_node": rng.choice([4, 8])}
+        slo = {
+            "max_model_len": rng.choice([2048, 4096, 8192, 32768]),
+            "concurrent_requests": rng.choice([1, 8, 32, 100, 256]),
+            "gpus_per_node": rng.choice([4, 8]),
+        }
         try:
             want = reference_plan(spec, gpu, slo)
         except ValueError:
@@ -200,6 +248,7 @@ def _(plan_parallelism, rng, scenario):
 
 # --- 10.fix_manifest -------------------------------------------------------------------------------
 
+
 @question("10.fix_manifest", points=3, answers=["manifest_faults", "fix_manifest"])
 def _(manifest_faults, fix_manifest):
     """Name the faults of a broken vLLM Deployment, and return a repaired copy."""
@@ -211,8 +260,12 @@ def _(manifest_faults, fix_manifest):
         assert named <= set(FAULTS), "name faults with the keys of lab_utils.deploy.manifests.FAULTS"
         assert named, "a broken manifest has at least one fault"
         fixed = fix_manifest(copy.deepcopy(doc))
-        assert not deployment_problems(fixed), "the repaired Deployment still fails the validator or a behaviour check"
-        assert not kept_settings(doc, fixed), "repair the faults; keep the name, replica count and model arguments"
+        assert not deployment_problems(fixed), (
+            "the repaired Deployment still fails the validator or a behaviour check"
+        )
+        assert not kept_settings(doc, fixed), (
+            "repair the faults; keep the name, replica count and model arguments"
+        )
 
 
 @hidden("10.fix_manifest")
@@ -228,23 +281,39 @@ def _(manifest_faults, fix_manifest, rng, scenario):
         fixed_ok += not deployment_problems(fixed) and not kept_settings(doc, fixed)
     frac = (found + fixed_ok) / (2 * n)
     if frac == 0:
-        raise AssertionError(f"no fault named exactly and no manifest repaired on {n} unseen broken manifests")
+        raise AssertionError(
+            f"no fault named exactly and no manifest repaired on {n} unseen broken manifests"
+        )
     return None if frac == 1 else frac
 
 
 # --- 10.modal_upgrade ---------------------------------------------------------------------------------
 
+
 def _random_old(rng: random.Random) -> dict:
     old = {}
     if rng.random() < 0.9:
-        old["gpu"] = rng.choice(["A10G", "L4", {"type": rng.choice(["A100", "H100", "L40S"]),
-                                                "count": rng.choice([1, 2, 4, 8]),
-                                                "size": rng.choice([None, "80GB"])}])
+        old["gpu"] = rng.choice(
+            [
+                "A10G",
+                "L4",
+                {
+                    "type": rng.choice(["A100", "H100", "L40S"]),
+                    "count": rng.choice([1, 2, 4, 8]),
+                    "size": rng.choice([None, "80GB"]),
+                },
+            ]
+        )
         if isinstance(old["gpu"], dict) and old["gpu"]["type"] != "A100":
             old["gpu"]["size"] = None
-    for key, values in (("container_idle_timeout", [60, 120, 300, 900]), ("allow_concurrent_inputs", [8, 16, 100]),
-                        ("keep_warm", [0, 1, 2]), ("concurrency_limit", [2, 5, 10]), ("timeout", [600, 3600]),
-                        ("memory", [8192, 32768])):
+    for key, values in (
+        ("container_idle_timeout", [60, 120, 300, 900]),
+        ("allow_concurrent_inputs", [8, 16, 100]),
+        ("keep_warm", [0, 1, 2]),
+        ("concurrency_limit", [2, 5, 10]),
+        ("timeout", [600, 3600]),
+        ("memory", [8192, 32768]),
+    ):
         if rng.random() < 0.6:
             old[key] = rng.choice(values)
     if old.get("keep_warm") and old.get("concurrency_limit") and old["keep_warm"] > old["concurrency_limit"]:
@@ -269,12 +338,19 @@ def _builds(new: dict) -> bool:
     return True
 
 
-@question("10.modal_upgrade", points=2, answers=["modernize_modal"],
-          forbid=["lab_utils.deploy.modal_app:reference_modernize", "lab_utils.deploy.modal_app:gpu_string"])
+@question(
+    "10.modal_upgrade",
+    points=2,
+    answers=["modernize_modal"],
+    forbid=["lab_utils.deploy.modal_app:reference_modernize", "lab_utils.deploy.modal_app:gpu_string"],
+)
 def _(modernize_modal):
     """The seeds' @app.function arguments rewritten for Modal 1.6."""
-    old = {"gpu": {"type": "A100", "count": 2, "size": "80GB"}, "container_idle_timeout": 300,
-           "allow_concurrent_inputs": 32}
+    old = {
+        "gpu": {"type": "A100", "count": 2, "size": "80GB"},
+        "container_idle_timeout": 300,
+        "allow_concurrent_inputs": 32,
+    }
     new = modernize_modal(copy.deepcopy(old))
     assert set(new) == {"function", "concurrent"}, "return {'function': {...}, 'concurrent': {...} or None}"
     assert isinstance(new["function"].get("gpu"), str), "Modal 1.x takes the GPU as a string"
@@ -294,8 +370,11 @@ def _(modernize_modal, rng, scenario):
     for old in cases:
         new = modernize_modal(copy.deepcopy(old))
         want = reference_modernize(old)
-        ok = isinstance(new, dict) and dict(new.get("function") or {}) == want["function"] and \
-            (new.get("concurrent") or None) == want["concurrent"]
+        ok = (
+            isinstance(new, dict)
+            and dict(new.get("function") or {}) == want["function"]
+            and (new.get("concurrent") or None) == want["concurrent"]
+        )
         if ok:
             try:
                 _builds(new)
