@@ -56,29 +56,42 @@ def run_transformers(model: str, workload, batch_size: int, threads: int) -> dic
     t0 = time.perf_counter()
     useful = 0
     for i in range(0, len(workload), batch_size):
-        batch = workload[i:i + batch_size]
+        batch = workload[i : i + batch_size]
         width = max(len(p) for p, _ in batch)
         ids = torch.tensor([[pad] * (width - len(p)) + p for p, _ in batch])  # left padding
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p, _ in batch])
         longest = max(n for _, n in batch)
         with torch.inference_mode():
-            m.generate(input_ids=ids, attention_mask=mask, max_new_tokens=longest, min_new_tokens=longest,
-                       do_sample=False, pad_token_id=pad)
+            m.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=longest,
+                min_new_tokens=longest,
+                do_sample=False,
+                pad_token_id=pad,
+            )
         useful += sum(n for _, n in batch)  # rows past their own length are padding work
     wall = time.perf_counter() - t0
     return {"system": "transformers static batching", "output_tokens": useful, "seconds": wall}
 
 
-def run_engine(model: str, workload, batch_size: int, threads: int, dtype: str,
-               max_num_batched_tokens: int) -> dict:
+def run_engine(
+    model: str, workload, batch_size: int, threads: int, dtype: str, max_num_batched_tokens: int
+) -> dict:
     """The course engine, all requests queued at once."""
     import torch
 
     from lab_utils.engine import LLMEngine, SamplingParams
 
     torch.set_num_threads(threads)
-    eng = LLMEngine(model, max_num_seqs=batch_size, max_num_batched_tokens=max_num_batched_tokens,
-                    dtype=dtype, kv_cache_gib=1.0, enable_prefix_caching=False)
+    eng = LLMEngine(
+        model,
+        max_num_seqs=batch_size,
+        max_num_batched_tokens=max_num_batched_tokens,
+        dtype=dtype,
+        kv_cache_gib=1.0,
+        enable_prefix_caching=False,
+    )
     eng.generate([workload[0][0]], SamplingParams(temperature=0, max_tokens=4))  # warm-up
     eng.snapshots.clear()
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for _, n in workload]
@@ -87,10 +100,16 @@ def run_engine(model: str, workload, batch_size: int, threads: int, dtype: str,
     wall = time.perf_counter() - t0
     tokens = sum(len(o.outputs[0].token_ids) for o in outs)
     steps = eng.snapshots
-    return {"system": f"course engine ({dtype})", "output_tokens": tokens, "seconds": wall,
-            "steps": len(steps), "schedule_s": sum(s.schedule_s for s in steps),
-            "execute_s": sum(s.execute_s for s in steps), "update_s": sum(s.update_s for s in steps),
-            "preemptions": eng.scheduler.num_preemptions}
+    return {
+        "system": f"course engine ({dtype})",
+        "output_tokens": tokens,
+        "seconds": wall,
+        "steps": len(steps),
+        "schedule_s": sum(s.schedule_s for s in steps),
+        "execute_s": sum(s.execute_s for s in steps),
+        "update_s": sum(s.update_s for s in steps),
+        "preemptions": eng.scheduler.num_preemptions,
+    }
 
 
 def run_vllm(model: str, workload, batch_size: int, eager: bool, max_num_batched_tokens: int) -> dict:
@@ -98,11 +117,21 @@ def run_vllm(model: str, workload, batch_size: int, eager: bool, max_num_batched
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM, SamplingParams, TokensPrompt
 
-    llm = LLM(model=model, dtype="float32", max_num_seqs=batch_size, enforce_eager=eager,
-              max_num_batched_tokens=max_num_batched_tokens, max_model_len=1024,
-              enable_prefix_caching=False, seed=0)
-    llm.generate([TokensPrompt(prompt_token_ids=workload[0][0])],
-                 SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)  # warm-up
+    llm = LLM(
+        model=model,
+        dtype="float32",
+        max_num_seqs=batch_size,
+        enforce_eager=eager,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=1024,
+        enable_prefix_caching=False,
+        seed=0,
+    )
+    llm.generate(
+        [TokensPrompt(prompt_token_ids=workload[0][0])],
+        SamplingParams(temperature=0, max_tokens=4),
+        use_tqdm=False,
+    )  # warm-up
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for _, n in workload]
     prompts = [TokensPrompt(prompt_token_ids=p) for p, _ in workload]
     t0 = time.perf_counter()
@@ -120,8 +149,12 @@ def main() -> int:
     ap.add_argument("--max-num-batched-tokens", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--dtype", action="append", choices=["float32", "bfloat16"],
-                    help="course engine dtype(s); default float32")
+    ap.add_argument(
+        "--dtype",
+        action="append",
+        choices=["float32", "bfloat16"],
+        help="course engine dtype(s); default float32",
+    )
     ap.add_argument("--skip-vllm", action="store_true")
     ap.add_argument("--skip-transformers", action="store_true")
     ap.add_argument("--vllm-eager", action="store_true", help="--enforce-eager (faster start, slower run)")
@@ -131,28 +164,54 @@ def main() -> int:
 
     if args.model is None:
         from lab_utils.models import course_model_path
+
         args.model = str(course_model_path())
     workload = make_workload(args.num_requests, args.seed)
     if args.only == "vllm":
-        print("RESULT " + json.dumps(run_vllm(args.model, workload, args.max_num_seqs, args.vllm_eager,
-                                              args.max_num_batched_tokens)), flush=True)
+        print(
+            "RESULT "
+            + json.dumps(
+                run_vllm(
+                    args.model, workload, args.max_num_seqs, args.vllm_eager, args.max_num_batched_tokens
+                )
+            ),
+            flush=True,
+        )
         return 0
 
     total_out = sum(n for _, n in workload)
-    print(f"workload: {len(workload)} requests, prompts {min(len(p) for p, _ in workload)}-"
-          f"{max(len(p) for p, _ in workload)} tokens, outputs {min(n for _, n in workload)}-"
-          f"{max(n for _, n in workload)} ({total_out} output tokens), max batch {args.max_num_seqs}, "
-          f"seed {args.seed}", flush=True)
+    print(
+        f"workload: {len(workload)} requests, prompts {min(len(p) for p, _ in workload)}-"
+        f"{max(len(p) for p, _ in workload)} tokens, outputs {min(n for _, n in workload)}-"
+        f"{max(n for _, n in workload)} ({total_out} output tokens), max batch {args.max_num_seqs}, "
+        f"seed {args.seed}",
+        flush=True,
+    )
     results = []
     for dtype in args.dtype or ["float32"]:
-        results.append(run_engine(args.model, workload, args.max_num_seqs, args.threads, dtype,
-                                  args.max_num_batched_tokens))
+        results.append(
+            run_engine(
+                args.model, workload, args.max_num_seqs, args.threads, dtype, args.max_num_batched_tokens
+            )
+        )
         print(results[-1], flush=True)
     if not args.skip_vllm:
-        cmd = [sys.executable, __file__, "--only", "vllm", "--model", args.model,
-               "--num-requests", str(args.num_requests), "--seed", str(args.seed),
-               "--max-num-seqs", str(args.max_num_seqs),
-               "--max-num-batched-tokens", str(args.max_num_batched_tokens)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--only",
+            "vllm",
+            "--model",
+            args.model,
+            "--num-requests",
+            str(args.num_requests),
+            "--seed",
+            str(args.seed),
+            "--max-num-seqs",
+            str(args.max_num_seqs),
+            "--max-num-batched-tokens",
+            str(args.max_num_batched_tokens),
+        ]
         if args.vllm_eager:
             cmd.append("--vllm-eager")
         # vLLM's CPU worker pins its OpenMP threads to these cores: the same count as the others get.
@@ -163,7 +222,7 @@ def main() -> int:
         if proc.returncode != 0 or not lines:
             print(f"vllm run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", flush=True)
         else:
-            results.append(json.loads(lines[-1][len("RESULT "):]))
+            results.append(json.loads(lines[-1][len("RESULT ") :]))
             print(results[-1], flush=True)
     if not args.skip_transformers:  # the slowest, last: the others' numbers arrive first
         results.append(run_transformers(args.model, workload, args.max_num_seqs, args.threads))

@@ -34,8 +34,15 @@ def main() -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from lab_utils.sim import (ContinuousBatching, LengthDist, StaticBatching, StepCostModel, poisson_workload,
-                               simulate, summarize)
+    from lab_utils.sim import (
+        ContinuousBatching,
+        LengthDist,
+        StaticBatching,
+        StepCostModel,
+        poisson_workload,
+        simulate,
+        summarize,
+    )
     from lab_utils.viz.timeline import TimelineExplorer
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -43,11 +50,18 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
-    workload = poisson_workload(args.requests, rate=50.0, prompt_len=LengthDist("uniform", low=16, high=512),
-                                output_len=LengthDist("lognormal", mean=128, sigma=0.8, high=1024), seed=1)
+    workload = poisson_workload(
+        args.requests,
+        rate=50.0,
+        prompt_len=LengthDist("uniform", low=16, high=512),
+        output_len=LengthDist("lognormal", mean=128, sigma=0.8, high=1024),
+        seed=1,
+    )
     decode_tokens = sum(w.output_len for w in workload)
     cost = StepCostModel(fixed_s=0.012, per_token_s=4e-5, per_context_token_s=2e-8)  # a small GPU-ish model
-    cont_policy = ContinuousBatching(max_num_seqs=256, max_num_batched_tokens=4096, num_kv_blocks=8000, block_size=16)
+    cont_policy = ContinuousBatching(
+        max_num_seqs=256, max_num_batched_tokens=4096, num_kv_blocks=8000, block_size=16
+    )
 
     def token_loop() -> int:  # the floor of any simulator that touches every token once
         n = 0
@@ -60,12 +74,16 @@ def main() -> int:
     static_wall, static_cpu, _ = timed(lambda: simulate(workload, StaticBatching(64), cost), args.repeats)
     cont_wall, cont_cpu, res = timed(lambda: simulate(workload, cont_policy, cost), args.repeats)
     m = summarize(res)
-    print(f"workload: {args.requests} requests, {decode_tokens} output tokens; continuous run: {len(res.steps)} steps, "
-          f"{sum(r.num_preemptions for r in res.requests)} preemptions, {m.output_tokens_per_s:.0f} simulated tok/s")
+    print(
+        f"workload: {args.requests} requests, {decode_tokens} output tokens; continuous run: {len(res.steps)} steps, "
+        f"{sum(r.num_preemptions for r in res.requests)} preemptions, {m.output_tokens_per_s:.0f} simulated tok/s"
+    )
     print(f"bare loop over every output token : wall {base_wall:6.3f} s  cpu {base_cpu:6.3f} s")
     print(f"static batching (batch 64)        : wall {static_wall:6.3f} s  cpu {static_cpu:6.3f} s")
-    print(f"continuous batching (256 seqs)    : wall {cont_wall:6.3f} s  cpu {cont_cpu:6.3f} s  "
-          f"[target < 1 s: {'met' if cont_cpu < 1.0 else 'MISSED'} on cpu time]")
+    print(
+        f"continuous batching (256 seqs)    : wall {cont_wall:6.3f} s  cpu {cont_cpu:6.3f} s  "
+        f"[target < 1 s: {'met' if cont_cpu < 1.0 else 'MISSED'} on cpu time]"
+    )
     print(f"  ratio continuous / bare token loop: {cont_cpu / base_cpu:5.2f} (cpu)")
     print(f"  ratio continuous / static         : {cont_cpu / static_cpu:5.2f} (cpu)")
 
@@ -78,13 +96,21 @@ def main() -> int:
     explorer, titled = TimelineExplorer(title=False), TimelineExplorer()
     explorer.render("continuous", 8, 2.0)  # the first draw pays font caches and saves the background
     for policy in ("continuous", "static", "dynamic"):
-        new_wall, new_cpu, png = timed(lambda: explorer.render(policy, 8, 4.0), max(5, args.repeats))
-        old_wall, old_cpu, _ = timed(lambda: print_figure(titled.update(policy, 8, 4.0), "png",
-                                                          bbox_inches="tight", dpi=100), max(3, args.repeats))
-        print(f"widget update, {policy:>10}: simulate 32 requests + refill + PNG ({len(png) / 1024:.0f} KiB): "
-              f"wall {new_wall * 1000:5.1f} ms cpu {new_cpu * 1000:5.1f} ms "
-              f"[target < 100 ms: {'met' if new_cpu < 0.1 else 'MISSED'}]; "
-              f"the old display(fig) path: cpu {old_cpu * 1000:5.1f} ms (ratio new / old {new_cpu / old_cpu:4.2f})")
+        new_wall, new_cpu, png = timed(
+            lambda policy=policy: explorer.render(policy, 8, 4.0), max(5, args.repeats)
+        )
+        old_wall, old_cpu, _ = timed(
+            lambda policy=policy: print_figure(
+                titled.update(policy, 8, 4.0), "png", bbox_inches="tight", dpi=100
+            ),
+            max(3, args.repeats),
+        )
+        print(
+            f"widget update, {policy:>10}: simulate 32 requests + refill + PNG ({len(png) / 1024:.0f} KiB): "
+            f"wall {new_wall * 1000:5.1f} ms cpu {new_cpu * 1000:5.1f} ms "
+            f"[target < 100 ms: {'met' if new_cpu < 0.1 else 'MISSED'}]; "
+            f"the old display(fig) path: cpu {old_cpu * 1000:5.1f} ms (ratio new / old {new_cpu / old_cpu:4.2f})"
+        )
     return 0
 
 

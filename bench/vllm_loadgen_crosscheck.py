@@ -44,15 +44,44 @@ def vllm_args(srv: VLLMServer, opts: argparse.Namespace) -> argparse.Namespace:
 
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
-    return parser.parse_args([
-        "--backend", "openai", "--base-url", srv.url, "--endpoint", "/v1/completions",
-        "--model", srv.model_name, "--tokenizer", srv.model,
-        "--dataset-name", "random", "--random-input-len", str(opts.input_len),
-        "--random-output-len", str(opts.output_len), "--random-range-ratio", "0",
-        "--num-prompts", str(opts.num_prompts), "--max-concurrency", str(opts.concurrency),
-        "--request-rate", "inf", "--ignore-eos", "--temperature", "0", "--seed", "0",
-        "--disable-tqdm", "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95",
-    ])
+    return parser.parse_args(
+        [
+            "--backend",
+            "openai",
+            "--base-url",
+            srv.url,
+            "--endpoint",
+            "/v1/completions",
+            "--model",
+            srv.model_name,
+            "--tokenizer",
+            srv.model,
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(opts.input_len),
+            "--random-output-len",
+            str(opts.output_len),
+            "--random-range-ratio",
+            "0",
+            "--num-prompts",
+            str(opts.num_prompts),
+            "--max-concurrency",
+            str(opts.concurrency),
+            "--request-rate",
+            "inf",
+            "--ignore-eos",
+            "--temperature",
+            "0",
+            "--seed",
+            "0",
+            "--disable-tqdm",
+            "--percentile-metrics",
+            "ttft,tpot,itl,e2el",
+            "--metric-percentiles",
+            "50,95",
+        ]
+    )
 
 
 def same_prompts(args: argparse.Namespace) -> list[str]:
@@ -67,8 +96,10 @@ def same_prompts(args: argparse.Namespace) -> list[str]:
 def server_ttft(srv: VLLMServer) -> tuple[float, float]:
     """(sum, count) of the server's TTFT histogram right now."""
     s = scrape(srv.url)
-    return (metric_value(s, "vllm:time_to_first_token_seconds_sum"),
-            metric_value(s, "vllm:time_to_first_token_seconds_count"))
+    return (
+        metric_value(s, "vllm:time_to_first_token_seconds_sum"),
+        metric_value(s, "vllm:time_to_first_token_seconds_count"),
+    )
 
 
 def main() -> int:
@@ -79,8 +110,12 @@ def main() -> int:
     ap.add_argument("--output-len", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tolerance", type=float, default=0.15)
-    ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
-                    help="server on the last core, clients on the others (default: on)")
+    ap.add_argument(
+        "--isolate",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="server on the last core, clients on the others (default: on)",
+    )
     opts = ap.parse_args()
 
     from vllm.benchmarks.serve import main as vllm_bench_main
@@ -115,28 +150,50 @@ def main() -> int:
             with contextlib.redirect_stdout(io.StringIO()):
                 ref = vllm_bench_main(vllm_args(srv, opts))
             mid = server_ttft(srv)
-            ours = run_load(srv.base_url, srv.model_name, prompts, concurrency=opts.concurrency,
-                            max_tokens=opts.output_len, ignore_eos=True, temperature=0.0)
+            ours = run_load(
+                srv.base_url,
+                srv.model_name,
+                prompts,
+                concurrency=opts.concurrency,
+                max_tokens=opts.output_len,
+                ignore_eos=True,
+                temperature=0.0,
+            )
             after = server_ttft(srv)
             s = ours.summary
-            assert s.num_errors == 0 and ref["completed"] == opts.num_prompts, (s.errors[:3], ref.get("errors"))
+            assert s.num_errors == 0 and ref["completed"] == opts.num_prompts, (
+                s.errors[:3],
+                ref.get("errors"),
+            )
             row = {
-                "vllm_req_s": ref["request_throughput"], "ours_req_s": s.requests_per_s,
-                "vllm_tok_s": ref["output_throughput"], "ours_tok_s": s.output_tokens_per_s,
-                "vllm_ttft_mean": ref["mean_ttft_ms"] / 1e3, "ours_ttft_mean": s.ttft_mean,
-                "vllm_ttft_p50": ref["median_ttft_ms"] / 1e3, "ours_ttft_p50": s.ttft_p50,
-                "vllm_tpot_mean": ref["mean_tpot_ms"] / 1e3, "ours_tpot_mean": s.tpot_mean,
+                "vllm_req_s": ref["request_throughput"],
+                "ours_req_s": s.requests_per_s,
+                "vllm_tok_s": ref["output_throughput"],
+                "ours_tok_s": s.output_tokens_per_s,
+                "vllm_ttft_mean": ref["mean_ttft_ms"] / 1e3,
+                "ours_ttft_mean": s.ttft_mean,
+                "vllm_ttft_p50": ref["median_ttft_ms"] / 1e3,
+                "ours_ttft_p50": s.ttft_p50,
+                "vllm_tpot_mean": ref["mean_tpot_ms"] / 1e3,
+                "ours_tpot_mean": s.tpot_mean,
                 "server_ttft_mean_during_vllm": (mid[0] - before[0]) / max(mid[1] - before[1], 1),
                 "server_ttft_mean_during_ours": (after[0] - mid[0]) / max(after[1] - mid[1], 1),
             }
             rows.append(row)
             print(f"round {rnd + 1}: " + ", ".join(f"{k}={v:.3f}" for k, v in row.items()), flush=True)
 
-    print(f"\nworkload: {opts.num_prompts} prompts x {opts.input_len} tokens in, {opts.output_len} out, "
-          f"closed loop at concurrency {opts.concurrency}, {opts.rounds} rounds alternating")
+    print(
+        f"\nworkload: {opts.num_prompts} prompts x {opts.input_len} tokens in, {opts.output_len} out, "
+        f"closed loop at concurrency {opts.concurrency}, {opts.rounds} rounds alternating"
+    )
     print("per-round ratios course / vLLM (a round runs both back to back, so both see the same machine):")
-    keys = [("requests/s", "req_s"), ("output tok/s", "tok_s"), ("TTFT mean (s)", "ttft_mean"),
-            ("TTFT p50 (s)", "ttft_p50"), ("TPOT mean (s)", "tpot_mean")]
+    keys = [
+        ("requests/s", "req_s"),
+        ("output tok/s", "tok_s"),
+        ("TTFT mean (s)", "ttft_mean"),
+        ("TTFT p50 (s)", "ttft_p50"),
+        ("TPOT mean (s)", "tpot_mean"),
+    ]
     for i, r in enumerate(rows, 1):
         print(f"  round {i}: " + ", ".join(f"{m} {r[f'ours_{k}'] / r[f'vllm_{k}']:.3f}" for m, k in keys))
     print(f"{'metric':<16}{'vLLM bench':>12}{'course':>12}{'median ratio':>14}")
@@ -154,12 +211,16 @@ def main() -> int:
         print(f"{metric:<16}{ref:>12.3f}{ours:>12.3f}{ratio:>14.3f}{flag}")
     srv_vllm = statistics.mean(r["server_ttft_mean_during_vllm"] for r in rows)
     srv_ours = statistics.mean(r["server_ttft_mean_during_ours"] for r in rows)
-    print(f"server /metrics TTFT mean: during vLLM bench {srv_vllm:.3f} s, during course loadgen {srv_ours:.3f} s "
-          "(the server clocks from arrival in the engine, so it leaves out HTTP and tokenization time)")
+    print(
+        f"server /metrics TTFT mean: during vLLM bench {srv_vllm:.3f} s, during course loadgen {srv_ours:.3f} s "
+        "(the server clocks from arrival in the engine, so it leaves out HTTP and tokenization time)"
+    )
     over_vllm = statistics.mean(r["vllm_ttft_mean"] - r["server_ttft_mean_during_vllm"] for r in rows)
     over_ours = statistics.mean(r["ours_ttft_mean"] - r["server_ttft_mean_during_ours"] for r in rows)
-    print(f"client TTFT minus server TTFT (HTTP, tokenization, client overhead): vLLM bench {over_vllm * 1e3:.0f} ms, "
-          f"course {over_ours * 1e3:.0f} ms")
+    print(
+        f"client TTFT minus server TTFT (HTTP, tokenization, client overhead): vLLM bench {over_vllm * 1e3:.0f} ms, "
+        f"course {over_ours * 1e3:.0f} ms"
+    )
     if failed:
         print(f"FAIL: {failed} differ by more than {opts.tolerance:.0%}")
         return 1

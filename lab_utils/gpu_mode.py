@@ -37,7 +37,8 @@ _NETWORK_ERRORS = re.compile(
     r"|Network is unreachable|Connection refused|connection reset|error sending request"
     r"|operation timed out|timed out|Max retries exceeded|NewConnectionError|Could not fetch URL"
     r"|Failed to fetch|tls handshake|certificate verify failed|HTTP status server error",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 # The message `lab_utils.runtime.resolve_backend` raises for BACKEND="gpu" without CUDA.
 GPU_REFUSAL = "BACKEND='gpu' but torch sees no CUDA device"
@@ -86,28 +87,61 @@ def resolve_requirements(requirements: Path, timeout: float = 90) -> Resolution:
     with tempfile.TemporaryDirectory(prefix="gpu-resolve-") as tmp:
         if uv:
             out = Path(tmp) / "resolved.txt"
-            cmd = [uv, "pip", "compile", "--quiet", "--no-header", "--no-annotate",
-                   "--python-version", TARGET_PYTHON, "--python-platform", TARGET_PLATFORM,
-                   str(requirements), "-o", str(out)]
+            cmd = [
+                uv,
+                "pip",
+                "compile",
+                "--quiet",
+                "--no-header",
+                "--no-annotate",
+                "--python-version",
+                TARGET_PYTHON,
+                "--python-platform",
+                TARGET_PLATFORM,
+                str(requirements),
+                "-o",
+                str(out),
+            ]
             tool = "uv pip compile"
         else:
             out = Path(tmp) / "report.json"
-            cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-                   "--use-feature=fast-deps", "--report", str(out), "-r", str(requirements)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--dry-run",
+                "--ignore-installed",
+                "--quiet",
+                "--use-feature=fast-deps",
+                "--report",
+                str(out),
+                "-r",
+                str(requirements),
+            ]
             tool = "pip install --dry-run"
         env = _pip_env()
         env.setdefault("UV_HTTP_TIMEOUT", "30")
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
-                                  stdin=subprocess.DEVNULL)
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL
+            )
         except subprocess.TimeoutExpired:
-            return Resolution(False, tool, error=f"{tool} did not finish in {timeout:.0f} s",
-                              unreachable=True, seconds=time.monotonic() - t0)
+            return Resolution(
+                False,
+                tool,
+                error=f"{tool} did not finish in {timeout:.0f} s",
+                unreachable=True,
+                seconds=time.monotonic() - t0,
+            )
         seconds = time.monotonic() - t0
         text = (proc.stdout + proc.stderr).strip()
         if proc.returncode != 0:
-            unreachable = bool(_NETWORK_ERRORS.search(text)) and "No solution found" not in text \
+            unreachable = (
+                bool(_NETWORK_ERRORS.search(text))
+                and "No solution found" not in text
                 and "ResolutionImpossible" not in text
+            )
             return Resolution(False, tool, error=text[-4000:], unreachable=unreachable, seconds=seconds)
         pins: dict[str, str] = {}
         if uv:
@@ -135,6 +169,7 @@ def requirement_pins(requirements: Path) -> dict[str, str]:
 
 # --- the labs' GPU branch --------------------------------------------------------------------------
 
+
 def lab_notebooks(folder: Path) -> list[Path]:
     """Every lab notebook in a folder (`NN_name.ipynb`), in order; new labs are found automatically."""
     return sorted(folder.glob("[0-9][0-9]_*.ipynb"))
@@ -151,11 +186,13 @@ def setup_cells(nb) -> tuple[str, str]:
     if not params:
         raise ValueError("no code cell is tagged 'parameters'")
     first = params[0]
-    for c in code[first + 1:]:
+    for c in code[first + 1 :]:
         if "resolve_backend(" in c.source:
             return code[first].source, c.source
-    raise ValueError("no cell after the parameters cell calls resolve_backend(BACKEND): "
-                     "the lab never decides between CPU and GPU mode")
+    raise ValueError(
+        "no cell after the parameters cell calls resolve_backend(BACKEND): "
+        "the lab never decides between CPU and GPU mode"
+    )
 
 
 @dataclass
@@ -175,8 +212,9 @@ def _describe_error(outputs) -> tuple[str, str, str] | None:
     return None
 
 
-def gpu_branch_outcomes(notebooks: list[Path], timeout: float = 120, cwd: Path | None = None,
-                        kernel_name: str = "python3") -> dict[str, BranchOutcome]:
+def gpu_branch_outcomes(
+    notebooks: list[Path], timeout: float = 120, cwd: Path | None = None, kernel_name: str = "python3"
+) -> dict[str, BranchOutcome]:
     """Run each lab's parameters + setup cell with BACKEND='gpu' and CUDA hidden; judge what it raised.
 
     All labs share one kernel (torch is imported once), with `%reset -f` between labs. The kernel
@@ -205,9 +243,14 @@ def gpu_branch_outcomes(notebooks: list[Path], timeout: float = 120, cwd: Path |
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the kernel inherits it: no CUDA, even on a GPU box
         os.environ.setdefault("MPLBACKEND", "Agg")
         try:
-            client = NotebookClient(combined, timeout=timeout, kernel_name=kernel_name, allow_errors=True,
-                                    interrupt_on_timeout=True,
-                                    resources={"metadata": {"path": str(cwd or notebooks[0].parent)}})
+            client = NotebookClient(
+                combined,
+                timeout=timeout,
+                kernel_name=kernel_name,
+                allow_errors=True,
+                interrupt_on_timeout=True,
+                resources={"metadata": {"path": str(cwd or notebooks[0].parent)}},
+            )
             client.execute()
         finally:
             if saved is None:
@@ -222,14 +265,19 @@ def gpu_branch_outcomes(notebooks: list[Path], timeout: float = 120, cwd: Path |
             continue
         err = _describe_error(combined.cells[slots[lab]].get("outputs", []))
         if err is None:
-            outcomes[lab] = BranchOutcome(lab, False, "the setup cell ran without an error: with "
-                                          "BACKEND='gpu' and no CUDA the lab would go on as if it had a GPU")
+            outcomes[lab] = BranchOutcome(
+                lab,
+                False,
+                "the setup cell ran without an error: with "
+                "BACKEND='gpu' and no CUDA the lab would go on as if it had a GPU",
+            )
             continue
         ename, evalue, tb = err
         if ename == "ValueError" and GPU_REFUSAL in evalue and "resolve_backend" in tb:
             outcomes[lab] = BranchOutcome(lab, True, f"{ename}: {evalue}")
         else:
             last = [ln for ln in tb.splitlines() if ln.strip()][-6:]
-            outcomes[lab] = BranchOutcome(lab, False, f"{ename}: {evalue} (not the lab's own "
-                                          "resolve_backend error)\n" + "\n".join(last))
+            outcomes[lab] = BranchOutcome(
+                lab, False, f"{ename}: {evalue} (not the lab's own resolve_backend error)\n" + "\n".join(last)
+            )
     return outcomes

@@ -28,8 +28,12 @@ class ReadBandwidth:
     provenance: str = ""  # set by stamp(): proof the figures came from this run
 
     def raw_samples(self) -> dict:
-        return {"nbytes": self.nbytes, "seconds": list(self.seconds), "device": self.device,
-                "threads": self.threads}
+        return {
+            "nbytes": self.nbytes,
+            "seconds": list(self.seconds),
+            "device": self.device,
+            "threads": self.threads,
+        }
 
     @property
     def bytes_per_s(self) -> float:
@@ -51,7 +55,9 @@ def measure_read_bandwidth(megabytes: int = 256, repeats: int = 7, device: str =
     import torch
 
     if isinstance(megabytes, bool) or not isinstance(megabytes, int) or megabytes < 16:
-        raise ValueError(f"megabytes must be a whole number >= 16 (bigger than the caches), got {megabytes!r}")
+        raise ValueError(
+            f"megabytes must be a whole number >= 16 (bigger than the caches), got {megabytes!r}"
+        )
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be a positive whole number, got {repeats!r}")
     n = megabytes * (1 << 20) // 4
@@ -65,8 +71,11 @@ def measure_read_bandwidth(megabytes: int = 256, repeats: int = 7, device: str =
         x.sum()
         sync()
         seconds.append(time.perf_counter() - t0)
-    result = ReadBandwidth(nbytes=x.numel() * x.element_size(), seconds=seconds,
-                           device="cuda" if device.startswith("cuda") else "cpu",
-                           threads=torch.get_num_threads())
+    result = ReadBandwidth(
+        nbytes=x.numel() * x.element_size(),
+        seconds=seconds,
+        device="cuda" if device.startswith("cuda") else "cpu",
+        threads=torch.get_num_threads(),
+    )
     del x
     return stamp(result)

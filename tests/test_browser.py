@@ -52,8 +52,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SOLUTIONS = REPO / "solutions"
 ARTIFACTS = Path(os.environ.get("LAB_BROWSER_ARTIFACTS", REPO / "out" / "browser"))
-STEP_TIMEOUT_MS = 20_000        # a widget redraw round-trips through the kernel; generous on 2 busy cores
-RUN_ALL_TIMEOUT_MS = 180_000    # one notebook's "Run All Cells"
+STEP_TIMEOUT_MS = 20_000  # a widget redraw round-trips through the kernel; generous on 2 busy cores
+RUN_ALL_TIMEOUT_MS = 180_000  # one notebook's "Run All Cells"
 
 # The hook classes (kept as literals too, so the fast test below notices a rename on either side).
 STEPPER = "lab-block-stepper"
@@ -65,7 +65,7 @@ SELECTORS = {
     STEPPER: f".{STEPPER}",
     EXPLORER: f".{EXPLORER}",
     DRILLS: f".{DRILLS}, .widget-vbox:has(> .widget-hbox > .widget-text input[type=number])"
-            ":has(> .widget-hbox > button.widget-button)",
+    ":has(> .widget-hbox > button.widget-button)",
 }
 
 
@@ -80,8 +80,13 @@ class LabCase:
     params: dict = field(default_factory=dict)
 
 
-COMMON_PARAMS = {"BACKEND": "cpu", "LIGHT": True, "INTERACTIVE": True,
-                 "RUN_VLLM": False, "RUN_REAL": False}   # names a lab lacks are harmless
+COMMON_PARAMS = {
+    "BACKEND": "cpu",
+    "LIGHT": True,
+    "INTERACTIVE": True,
+    "RUN_VLLM": False,
+    "RUN_REAL": False,
+}  # names a lab lacks are harmless
 
 LABS = [
     LabCase("02_kv_cache_paged_attention", {STEPPER: 2}, plots=3),
@@ -97,6 +102,7 @@ WIDGET_CALL = re.compile(r"\b(show_trace|trace_stepper|timeline_explorer|ipywidg
 
 
 # --------------------------------------------------------------------------------------- fast checks
+
 
 def test_every_widget_lab_is_checked_in_the_browser():
     """A solution that builds a widget must be in LABS, so the browser test covers it."""
@@ -120,10 +126,14 @@ def test_widgets_carry_the_hook_classes():
 
 # ----------------------------------------------------------------------------------------- the tools
 
+
 def _chromium() -> str | None:
     named = os.environ.get("LAB_CHROMIUM")
-    for candidate in ([named] if named else ["/usr/lib/chromium/chromium", shutil.which("chromium"),
-                                             shutil.which("chromium-browser")]):
+    for candidate in (
+        [named]
+        if named
+        else ["/usr/lib/chromium/chromium", shutil.which("chromium"), shutil.which("chromium-browser")]
+    ):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     return None
@@ -138,8 +148,10 @@ def _free_port() -> int:
 def _write_settings(settings: Path) -> None:
     """JupyterLab user settings: no news/update pop-up, every cell kept in the DOM (no windowing)."""
     files = {
-        "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
-            {"fetchNews": "false", "checkForUpdates": False},
+        "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+            "fetchNews": "false",
+            "checkForUpdates": False,
+        },
         "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
     }
     for rel, content in files.items():
@@ -208,7 +220,7 @@ def _stop_group(proc: subprocess.Popen, others: list) -> None:
                 pass
             proc.wait(10)
     gone, alive = psutil.wait_procs([p for p in others if p.is_running()], timeout=5)
-    for p in alive:   # kernels run in sessions of their own; kill any the server did not stop
+    for p in alive:  # kernels run in sessions of their own; kill any the server did not stop
         try:
             p.kill()
         except psutil.NoSuchProcess:
@@ -228,24 +240,42 @@ def jupyter_lab(tmp_path_factory):
     for case in LABS:
         if not (SOLUTIONS / f"{case.stem}.ipynb").exists():
             continue
-        _with_parameters(SOLUTIONS / f"{case.stem}.ipynb", notebooks / f"{case.stem}.ipynb",
-                         {**COMMON_PARAMS, **case.params})
+        _with_parameters(
+            SOLUTIONS / f"{case.stem}.ipynb",
+            notebooks / f"{case.stem}.ipynb",
+            {**COMMON_PARAMS, **case.params},
+        )
     _broken_notebook(notebooks)
     _write_settings(root / "settings")
     port, token = _free_port(), os.urandom(16).hex()
     env = {k: v for k, v in os.environ.items() if k not in ("MPLBACKEND", "JUPYTER_TOKEN")}
-    env.update(JUPYTERLAB_SETTINGS_DIR=str(root / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(root / "workspaces"),
-               JUPYTER_CONFIG_DIR=str(root / "config"), JUPYTER_RUNTIME_DIR=str(root / "runtime"),
-               LAB_RESULTS_FILE=str(root / "results.json"), LAB_REPO_ROOT=str(REPO),
-               PYTHONPATH=os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])))
-    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={notebooks}",
-           "--ServerApp.port_retries=0", "--LabApp.expose_app_in_browser=True"]
+    env.update(
+        JUPYTERLAB_SETTINGS_DIR=str(root / "settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(root / "workspaces"),
+        JUPYTER_CONFIG_DIR=str(root / "config"),
+        JUPYTER_RUNTIME_DIR=str(root / "runtime"),
+        LAB_RESULTS_FILE=str(root / "results.json"),
+        LAB_REPO_ROOT=str(REPO),
+        PYTHONPATH=os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={notebooks}",
+        "--ServerApp.port_retries=0",
+        "--LabApp.expose_app_in_browser=True",
+    ]
     if os.geteuid() == 0:
         cmd.append("--allow-root")
     log = open(root / "jupyterlab.log", "w")
-    proc = subprocess.Popen(cmd, cwd=notebooks, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=notebooks, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -281,18 +311,30 @@ def browser():
     chromium = _chromium()
     if chromium is None:
         named = os.environ.get("LAB_CHROMIUM")
-        pytest.skip(f"LAB_CHROMIUM={named} is not an executable" if named else
-                    "chromium not found (install it with `make test-tools` as root, "
-                    "`apt-get install chromium`, or set LAB_CHROMIUM)")
+        pytest.skip(
+            f"LAB_CHROMIUM={named} is not an executable"
+            if named
+            else "chromium not found (install it with `make test-tools` as root, "
+            "`apt-get install chromium`, or set LAB_CHROMIUM)"
+        )
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         pytest.skip("the playwright package is missing (it is in requirements/course-cpu.txt)")
     pw = sync_playwright().start()
     try:
-        b = pw.chromium.launch(executable_path=chromium, headless=True,
-                               args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                                     "--disable-component-update", "--disable-sync", "--no-first-run"])
+        b = pw.chromium.launch(
+            executable_path=chromium,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
         try:
             yield b
         finally:
@@ -302,6 +344,7 @@ def browser():
 
 
 # ------------------------------------------------------------------------------ driving the notebook
+
 
 @dataclass
 class Session:
@@ -320,12 +363,16 @@ def lab_page(browser, jupyter_lab):
     try:
         page = context.new_page()
         errors: list[str] = []
-        page.on("console", lambda m: errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
+        page.on(
+            "console", lambda m: errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None
+        )
         page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
         # a workspace of its own, reset: nothing reopened from an earlier layout
         page.goto(f"{base}/lab/workspaces/browser-test?reset&token={token}")
-        page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell && "
-                               "document.querySelector('.jp-LabShell')", timeout=90_000)
+        page.wait_for_function(
+            "() => window.jupyterapp && window.jupyterapp.shell && document.querySelector('.jp-LabShell')",
+            timeout=90_000,
+        )
         yield page, errors, jupyter_lab
     finally:
         context.close()
@@ -336,8 +383,10 @@ def _open(lab_page, name: str) -> Session:
     page, errors, _ = lab_page
     (ARTIFACTS / f"{name}-FAILED.png").unlink(missing_ok=True)
     errors.clear()
-    page.evaluate("p => window.jupyterapp.commands.execute('docmanager:open', {path: p, factory: 'Notebook'})",
-                  f"{name}.ipynb")
+    page.evaluate(
+        "p => window.jupyterapp.commands.execute('docmanager:open', {path: p, factory: 'Notebook'})",
+        f"{name}.ipynb",
+    )
     page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-CodeCell", timeout=60_000)
     page.wait_for_function(f"() => {{ {_KERNEL_JS} return k && k.status === 'idle'; }}", timeout=90_000)
     return Session(page, name, errors)
@@ -347,8 +396,10 @@ def _close(lab, s: Session) -> None:
     """Close every open document without the save dialog, and end the notebook's kernel."""
     try:
         s.page.keyboard.press("Escape")
-        s.page.evaluate("() => { for (const w of [...window.jupyterapp.shell.widgets('main')]) {"
-                        " if (w.context) w.context.model.dirty = false; w.dispose(); } }")
+        s.page.evaluate(
+            "() => { for (const w of [...window.jupyterapp.shell.widgets('main')]) {"
+            " if (w.context) w.context.model.dirty = false; w.dispose(); } }"
+        )
     finally:
         _shut_kernel(lab, s.name)
 
@@ -376,10 +427,12 @@ def _run_all(s: Session) -> None:
     page.locator(".lm-Menu-item:visible", has_text="Run All Cells").first.click()
     page.wait_for_function(
         """() => { const ps = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent);"""
-        + _KERNEL_JS +
-        """return ps.some(t => /\\[\\d+\\]/.test(t)) && !ps.some(t => t.includes('*'))
+        + _KERNEL_JS
+        + """return ps.some(t => /\\[\\d+\\]/.test(t)) && !ps.some(t => t.includes('*'))
                   && k && k.status === 'idle'; }""",
-        timeout=RUN_ALL_TIMEOUT_MS, polling=500)
+        timeout=RUN_ALL_TIMEOUT_MS,
+        polling=500,
+    )
 
 
 def _shot(locator, name: str) -> None:
@@ -390,7 +443,9 @@ def _shot(locator, name: str) -> None:
 def check_notebook(s: Session) -> dict:
     """Every code cell ran, no error output, every image loaded; returns counts for the caller."""
     page = s.page
-    prompts = page.eval_on_selector_all(".jp-CodeCell .jp-InputPrompt", "ps => ps.map(p => p.textContent.trim())")
+    prompts = page.eval_on_selector_all(
+        ".jp-CodeCell .jp-InputPrompt", "ps => ps.map(p => p.textContent.trim())"
+    )
     not_run = [i for i, t in enumerate(prompts) if not re.search(r"\[\d+\]", t)]
     # JupyterLab renders an error like stderr text, so ask the notebook's model for outputs of type error
     errors = page.evaluate(
@@ -401,12 +456,14 @@ def check_notebook(s: Session) -> dict:
                        for (const o of c.outputs.toJSON())
                            if (o.output_type === 'error') found.push(`cell ${i}: ${o.ename}: ${o.evalue}`);
                    }
-                   return found; }""")
+                   return found; }"""
+    )
     assert not errors, f"{s.name}: a cell shows an error:\n" + "\n---\n".join(errors)
     assert not not_run, f"{s.name}: code cells {not_run} did not run (of {len(prompts)})"
     images = page.eval_on_selector_all(
         ".jp-OutputArea-output img",
-        "is => is.map(i => ({ok: i.complete && i.naturalWidth > 0, widget: !!i.closest('.jupyter-widgets')}))")
+        "is => is.map(i => ({ok: i.complete && i.naturalWidth > 0, widget: !!i.closest('.jupyter-widgets')}))",
+    )
     assert all(i["ok"] for i in images), f"{s.name}: an image output did not load"
     return {"plots": sum(not i["widget"] for i in images), "cells": len(prompts)}
 
@@ -438,8 +495,9 @@ def _coloured_share(png: bytes) -> float:
 def _image(box, css: str):
     img = box.locator(css).last
     img.wait_for(state="visible", timeout=STEP_TIMEOUT_MS)
-    img.page.wait_for_function("i => i.complete && i.naturalWidth > 0", arg=img.element_handle(),
-                               timeout=STEP_TIMEOUT_MS)
+    img.page.wait_for_function(
+        "i => i.complete && i.naturalWidth > 0", arg=img.element_handle(), timeout=STEP_TIMEOUT_MS
+    )
     return img
 
 
@@ -472,7 +530,7 @@ def _coloured(box, css: str) -> float:
     return _coloured_share(base64.b64decode(data))
 
 
-MIN_COLOURED = 0.005   # a frame with one request's blocks colours several percent of the picture
+MIN_COLOURED = 0.005  # a frame with one request's blocks colours several percent of the picture
 
 
 def check_block_stepper(box, label: str, timeout_ms: int = STEP_TIMEOUT_MS) -> None:
@@ -488,22 +546,28 @@ def check_block_stepper(box, label: str, timeout_ms: int = STEP_TIMEOUT_MS) -> N
     handle.focus()
     handle.press("ArrowRight")
     after_key = _wait_redraw(box, frame, start, "ArrowRight on the slider", timeout_ms)
-    assert int(float(handle.get_attribute("aria-valuenow"))) == first_value + 1, "the key did not move the slider"
+    assert int(float(handle.get_attribute("aria-valuenow"))) == first_value + 1, (
+        "the key did not move the slider"
+    )
     shares.append(_coloured(box, frame))
     _shot(box, f"{label}-1-key")
 
     play = box.locator(".widget-play button").first
     play.click()
     try:
-        box.page.wait_for_function("([h, v]) => Number(h.getAttribute('aria-valuenow')) > v",
-                                   arg=[handle.element_handle(), first_value + 1], timeout=timeout_ms)
+        box.page.wait_for_function(
+            "([h, v]) => Number(h.getAttribute('aria-valuenow')) > v",
+            arg=[handle.element_handle(), first_value + 1],
+            timeout=timeout_ms,
+        )
     finally:
-        play.click()   # pause
+        play.click()  # pause
     _wait_redraw(box, frame, after_key, "a click on play", timeout_ms)
     shares.append(_coloured(box, frame))
     _shot(box, f"{label}-2-play")
     assert max(shares) >= MIN_COLOURED, (
-        f"the stepper draws no blocks: coloured share {max(shares):.4f} < {MIN_COLOURED} in every frame seen")
+        f"the stepper draws no blocks: coloured share {max(shares):.4f} < {MIN_COLOURED} in every frame seen"
+    )
 
 
 def check_timeline_explorer(box, label: str, timeout_ms: int = STEP_TIMEOUT_MS) -> None:
@@ -529,17 +593,19 @@ def check_timeline_explorer(box, label: str, timeout_ms: int = STEP_TIMEOUT_MS) 
     bb = load.bounding_box()
     box.page.mouse.click(bb["x"] + 0.85 * bb["width"], bb["y"] + bb["height"] / 2)
     before = _wait_redraw(box, picture, before, "a click on the load slider's track", timeout_ms)
-    try:    # the kernel sends the new picture, then the new summary line
-        box.page.wait_for_function("([e, t]) => e.textContent !== t", arg=[summary.element_handle(), text],
-                                   timeout=timeout_ms)
+    try:  # the kernel sends the new picture, then the new summary line
+        box.page.wait_for_function(
+            "([e, t]) => e.textContent !== t", arg=[summary.element_handle(), text], timeout=timeout_ms
+        )
     except Exception:
         raise AssertionError("the summary line did not follow the load slider") from None
     _shot(box, f"{label}-2-click")
 
     box.locator("select").first.select_option("static")
     _wait_redraw(box, picture, before, "choosing the static policy", timeout_ms)
-    box.page.wait_for_function("([e]) => e.textContent.includes('static')", arg=[summary.element_handle()],
-                               timeout=timeout_ms)
+    box.page.wait_for_function(
+        "([e]) => e.textContent.includes('static')", arg=[summary.element_handle()], timeout=timeout_ms
+    )
     assert _coloured(box, picture) >= MIN_COLOURED, "the static timeline draws no request bars"
     _shot(box, f"{label}-3-policy")
 
@@ -554,7 +620,9 @@ def check_drill_runner(box, label: str, timeout_ms: int = STEP_TIMEOUT_MS) -> No
     assert re.search(r"\(1/\d+\)", asked), f"the runner shows no first question: {asked!r}"
     timer = box.locator(".widget-label").last
     ticks = timer.inner_text()
-    page.wait_for_function("([e, t]) => e.textContent !== t", arg=[timer.element_handle(), ticks], timeout=timeout_ms)
+    page.wait_for_function(
+        "([e, t]) => e.textContent !== t", arg=[timer.element_handle(), ticks], timeout=timeout_ms
+    )
     _shot(box, f"{label}-0-question")
 
     answer = box.locator(".widget-text input").first
@@ -564,20 +632,22 @@ def check_drill_runner(box, label: str, timeout_ms: int = STEP_TIMEOUT_MS) -> No
     answer.press("Enter")
     box.locator("button.widget-button", has_text="Check").click()
     feedback = box.locator(".widget-output").first
-    page.wait_for_function("([e]) => /you said 42\\b/.test(e.innerText)", arg=[feedback.element_handle()],
-                           timeout=timeout_ms)
+    page.wait_for_function(
+        "([e]) => /you said 42\\b/.test(e.innerText)", arg=[feedback.element_handle()], timeout=timeout_ms
+    )
     scores = box.locator(".widget-output").nth(1)
     scores.locator("img").first.wait_for(state="visible", timeout=timeout_ms)
     scores.scroll_into_view_if_needed()
     deadline = time.monotonic() + timeout_ms / 1000
-    while _coloured(scores, "img") == 0:    # the output is replaced as a whole; give it time to settle
+    while _coloured(scores, "img") == 0:  # the output is replaced as a whole; give it time to settle
         assert time.monotonic() < deadline, "the score plot is blank"
         page.wait_for_timeout(300)
     _shot(box, f"{label}-1-checked")
 
     box.locator("button.widget-button", has_text="Next").click()
-    page.wait_for_function("([e]) => /\\(2\\/\\d+\\)/.test(e.innerText)", arg=[question.element_handle()],
-                           timeout=timeout_ms)
+    page.wait_for_function(
+        "([e]) => /\\(2\\/\\d+\\)/.test(e.innerText)", arg=[question.element_handle()], timeout=timeout_ms
+    )
     _shot(box, f"{label}-2-next")
 
 
@@ -594,6 +664,7 @@ def _fail_shot(s: Session) -> None:
 
 # --------------------------------------------------------------------------------------- the tests
 
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("case", LABS, ids=[c.stem for c in LABS])
@@ -604,14 +675,16 @@ def test_widget_lab_in_the_browser(case, lab_page):
     try:
         _run_all(s)
         seen = check_notebook(s)
-        assert seen["plots"] >= case.plots, f"{case.stem}: {seen['plots']} plots shown, expected >= {case.plots}"
+        assert seen["plots"] >= case.plots, (
+            f"{case.stem}: {seen['plots']} plots shown, expected >= {case.plots}"
+        )
         panel = s.page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
         for kind, count in case.widgets.items():
             boxes = panel.locator(SELECTORS[kind])
             assert boxes.count() == count, f"{case.stem}: {boxes.count()} widgets {kind}, expected {count}"
             for i in range(count):
                 CHECKERS[kind](boxes.nth(i), f"{case.stem}-{kind}-{i}")
-        check_notebook(s)        # working the widgets put no error in an output either
+        check_notebook(s)  # working the widgets put no error in an output either
         check_console(s)
     except BaseException:
         _fail_shot(s)

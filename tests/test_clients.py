@@ -30,6 +30,7 @@ MODEL = "/root/.cache/llm-serving-lab/models/SmolLM2-135M-Instruct"
 
 # -- Prometheus text format ---------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def vllm_samples():
     return parse_prometheus((DATA / "vllm_metrics_cpu.txt").read_text())
@@ -53,9 +54,14 @@ def test_real_vllm_page_labels_parsed(vllm_samples):
     assert len(running) == 1
     assert running[0].labels == {"engine": "0", "model_name": MODEL}
     names = {s.name for s in vllm_samples}
-    for needed in ("vllm:kv_cache_usage_perc", "vllm:time_to_first_token_seconds_bucket",
-                   "vllm:inter_token_latency_seconds_count", "vllm:e2e_request_latency_seconds_sum",
-                   "vllm:request_queue_time_seconds_bucket", "vllm:prefix_cache_hits_total"):
+    for needed in (
+        "vllm:kv_cache_usage_perc",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_count",
+        "vllm:e2e_request_latency_seconds_sum",
+        "vllm:request_queue_time_seconds_bucket",
+        "vllm:prefix_cache_hits_total",
+    ):
         assert needed in names
 
 
@@ -69,20 +75,24 @@ def test_real_vllm_ttft_histogram(vllm_samples):
     assert dict(buckets)[2.5] == 16.0 and dict(buckets)[5.0] == 47.0
     # median rank 33.5 lies in (2.5, 5.0]: 2.5 + 2.5 * (33.5 - 16) / (47 - 16)
     assert histogram_quantile(0.5, buckets) == pytest.approx(2.5 + 2.5 * 17.5 / 31)
-    assert histogram_mean(vllm_samples, "vllm:time_to_first_token_seconds") == pytest.approx(258.60330986976624 / 67)
+    assert histogram_mean(vllm_samples, "vllm:time_to_first_token_seconds") == pytest.approx(
+        258.60330986976624 / 67
+    )
 
 
 def test_parse_edge_cases():
-    text = "\n".join([
-        "# HELP x_total A counter.",
-        "# TYPE x_total counter",
-        "x_total 3",
-        'y{path="/a,b",q="say \\"hi\\"",nl="a\\nb"} 1.5 1700000000000',
-        'z{le="+Inf"} +Inf',
-        "w NaN",
-        'v{a="1",} -2e-3',
-        "",
-    ])
+    text = "\n".join(
+        [
+            "# HELP x_total A counter.",
+            "# TYPE x_total counter",
+            "x_total 3",
+            'y{path="/a,b",q="say \\"hi\\"",nl="a\\nb"} 1.5 1700000000000',
+            'z{le="+Inf"} +Inf',
+            "w NaN",
+            'v{a="1",} -2e-3',
+            "",
+        ]
+    )
     s = parse_prometheus(text)
     assert [x.name for x in s] == ["x_total", "y", "z", "w", "v"]
     assert s[0].labels == {} and s[0].value == 3.0
@@ -100,16 +110,17 @@ def test_parse_rejects_malformed_lines(bad):
 
 def test_histogram_quantile_by_hand():
     buckets = [(1.0, 2.0), (2.0, 6.0), (math.inf, 8.0)]
-    assert histogram_quantile(0.5, buckets) == 1.5     # rank 4: 1 + 1 * (4 - 2) / (6 - 2)
-    assert histogram_quantile(0.25, buckets) == 1.0    # rank 2: top of the first bucket
-    assert histogram_quantile(0.1, buckets) == 0.4     # rank 0.8 in (0, 1]
-    assert histogram_quantile(0.95, buckets) == 2.0    # in +Inf: the last finite bound
+    assert histogram_quantile(0.5, buckets) == 1.5  # rank 4: 1 + 1 * (4 - 2) / (6 - 2)
+    assert histogram_quantile(0.25, buckets) == 1.0  # rank 2: top of the first bucket
+    assert histogram_quantile(0.1, buckets) == 0.4  # rank 0.8 in (0, 1]
+    assert histogram_quantile(0.95, buckets) == 2.0  # in +Inf: the last finite bound
     assert math.isnan(histogram_quantile(0.5, [(1.0, 0.0), (math.inf, 0.0)]))
     with pytest.raises(ValueError):
         histogram_quantile(50, buckets)
 
 
 # -- summaries ---------------------------------------------------------------------------------
+
 
 def test_percentile_matches_numpy_linear():
     np = pytest.importorskip("numpy")
@@ -121,8 +132,9 @@ def test_percentile_matches_numpy_linear():
 
 
 def test_record_and_summary_maths():
-    a = RequestRecord(0, start=0.0, first_token=0.5, finish=2.5, chunk_times=[0.5, 1.0, 2.0, 2.5],
-                      output_tokens=5)
+    a = RequestRecord(
+        0, start=0.0, first_token=0.5, finish=2.5, chunk_times=[0.5, 1.0, 2.0, 2.5], output_tokens=5
+    )
     b = RequestRecord(1, start=1.0, first_token=2.0, finish=3.0, chunk_times=[2.0, 3.0], output_tokens=2)
     c = RequestRecord(2, start=1.5, error="HTTP 500: boom")
     assert a.ttft == 0.5 and a.e2e == 2.5 and a.tpot == 0.5  # (2.5 - 0.5) / (5 - 1)
@@ -141,6 +153,7 @@ def test_record_and_summary_maths():
 
 
 # -- the load generator against a tiny OpenAI-style streaming server -----------------------------
+
 
 class _FakeOpenAI(BaseHTTPRequestHandler):
     """Streams `n` one-word chunks per request; prompt 'fail' gets HTTP 500; counts concurrency."""
@@ -215,15 +228,18 @@ def test_closed_loop_counts_tokens_and_caps_concurrency(fake_server):
     assert state["max_in_flight"] <= 3
     prompts = [b["prompt"] for b in state["bodies"]]
     assert sorted(prompts) == sorted(["a", "b", "c"] * 3 + ["a"])
-    assert all(b["stream"] is True and b["stream_options"] == {"include_usage": True} for b in state["bodies"])
+    assert all(
+        b["stream"] is True and b["stream_options"] == {"include_usage": True} for b in state["bodies"]
+    )
     rows = res.timeline()
     assert set(rows[0]) == {"request_id", "start", "first_token", "finish", "output_tokens", "error"}
 
 
 def test_chat_endpoint_skips_the_empty_role_chunk(fake_server):
     url, state = fake_server
-    res = run_load(url, "m", ["hello"], num_requests=2, concurrency=2, max_tokens=3, endpoint="chat",
-                   ignore_eos=True)
+    res = run_load(
+        url, "m", ["hello"], num_requests=2, concurrency=2, max_tokens=3, endpoint="chat", ignore_eos=True
+    )
     assert all(len(r.chunk_times) == 3 and r.output_tokens == 3 for r in res.records)
     assert state["bodies"][0]["messages"] == [{"role": "user", "content": "hello"}]
     assert state["bodies"][0]["ignore_eos"] is True
@@ -247,13 +263,16 @@ def test_open_loop_poisson_is_seeded(fake_server):
     assert starts == sorted(starts)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({}, "concurrency=N"),
-    ({"concurrency": 0}, "at least 1"),
-    ({"rate": -1.0}, "positive"),
-    ({"concurrency": 1, "endpoint": "generate"}, "endpoint"),
-    ({"concurrency": 1, "max_tokens": 0}, "max_tokens"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({}, "concurrency=N"),
+        ({"concurrency": 0}, "at least 1"),
+        ({"rate": -1.0}, "positive"),
+        ({"concurrency": 1, "endpoint": "generate"}, "endpoint"),
+        ({"concurrency": 1, "max_tokens": 0}, "max_tokens"),
+    ],
+)
 def test_load_arguments_validated(kwargs, match):
     with pytest.raises(ValueError, match=match):
         run_load("http://127.0.0.1:9/v1", "m", ["x"], **kwargs)

@@ -26,37 +26,84 @@ REQUIRED_VAR = re.compile(r"\$\{(\w+):\?")
 
 _STR_OR_LIST = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": ["string", "number"]}}]}
 _DEVICE = {
-    "type": "object", "additionalProperties": False,
-    "properties": {"driver": {"type": "string"}, "count": {"type": ["integer", "string"]},
-                   "device_ids": {"type": "array"}, "capabilities": {"type": "array", "items": {"type": "string"}},
-                   "options": {"type": "object"}},
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "driver": {"type": "string"},
+        "count": {"type": ["integer", "string"]},
+        "device_ids": {"type": "array"},
+        "capabilities": {"type": "array", "items": {"type": "string"}},
+        "options": {"type": "object"},
+    },
 }
 _SERVICE = {
-    "type": "object", "additionalProperties": False, "required": ["image"],
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["image"],
     "properties": {
-        "image": {"type": "string"}, "command": _STR_OR_LIST, "entrypoint": _STR_OR_LIST,
-        "environment": {"type": ["object", "array"]}, "env_file": _STR_OR_LIST,
-        "ports": {"type": "array"}, "volumes": {"type": "array"}, "ipc": {"type": "string"},
-        "shm_size": {"type": ["string", "integer"]}, "restart": {"type": "string"},
-        "working_dir": {"type": "string"}, "depends_on": {"type": ["array", "object"]},
-        "runtime": {"type": "string"}, "ulimits": {"type": "object"}, "container_name": {"type": "string"},
-        "healthcheck": {"type": "object", "additionalProperties": False, "properties": {
-            "test": _STR_OR_LIST, "interval": {"type": "string"}, "timeout": {"type": "string"},
-            "retries": {"type": "integer"}, "start_period": {"type": "string"}, "disable": {"type": "boolean"}}},
-        "deploy": {"type": "object", "additionalProperties": False, "properties": {
-            "replicas": {"type": "integer"},
-            "resources": {"type": "object", "additionalProperties": False, "properties": {
-                "limits": {"type": "object"},
-                "reservations": {"type": "object", "additionalProperties": False, "properties": {
-                    "cpus": {"type": ["string", "number"]}, "memory": {"type": "string"},
-                    "devices": {"type": "array", "items": _DEVICE}}}}}}},
+        "image": {"type": "string"},
+        "command": _STR_OR_LIST,
+        "entrypoint": _STR_OR_LIST,
+        "environment": {"type": ["object", "array"]},
+        "env_file": _STR_OR_LIST,
+        "ports": {"type": "array"},
+        "volumes": {"type": "array"},
+        "ipc": {"type": "string"},
+        "shm_size": {"type": ["string", "integer"]},
+        "restart": {"type": "string"},
+        "working_dir": {"type": "string"},
+        "depends_on": {"type": ["array", "object"]},
+        "runtime": {"type": "string"},
+        "ulimits": {"type": "object"},
+        "container_name": {"type": "string"},
+        "healthcheck": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "test": _STR_OR_LIST,
+                "interval": {"type": "string"},
+                "timeout": {"type": "string"},
+                "retries": {"type": "integer"},
+                "start_period": {"type": "string"},
+                "disable": {"type": "boolean"},
+            },
+        },
+        "deploy": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "replicas": {"type": "integer"},
+                "resources": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "limits": {"type": "object"},
+                        "reservations": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "cpus": {"type": ["string", "number"]},
+                                "memory": {"type": "string"},
+                                "devices": {"type": "array", "items": _DEVICE},
+                            },
+                        },
+                    },
+                },
+            },
+        },
     },
 }
 SCHEMA = {
-    "type": "object", "additionalProperties": False, "required": ["services"],
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["services"],
     "patternProperties": {"^x-": {}},
-    "properties": {"version": {"type": "string"}, "services": {"type": "object", "additionalProperties": _SERVICE},
-                   "volumes": {"type": "object"}, "networks": {"type": "object"}},
+    "properties": {
+        "version": {"type": "string"},
+        "services": {"type": "object", "additionalProperties": _SERVICE},
+        "volumes": {"type": "object"},
+        "networks": {"type": "object"},
+    },
 }
 
 
@@ -68,8 +115,14 @@ def _compose_config(path: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     for var in REQUIRED_VAR.findall(path.read_text()):
         env.setdefault(var, f"placeholder-{var.lower()}")
-    return subprocess.run([COMPOSE, "-f", str(path), "config"], capture_output=True, text=True,
-                          env=env, cwd=path.parent, timeout=60)
+    return subprocess.run(
+        [COMPOSE, "-f", str(path), "config"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=path.parent,
+        timeout=60,
+    )
 
 
 def _validate(path: Path) -> None:
@@ -113,11 +166,18 @@ def test_validator_rejects_a_misspelt_gpu_key(tmp_path):
         _validate(bad)
 
 
-@pytest.mark.skipif(COMPOSE is None, reason="docker-compose is not installed (apt-get install docker-compose)")
+@pytest.mark.skipif(
+    COMPOSE is None, reason="docker-compose is not installed (apt-get install docker-compose)"
+)
 def test_compose_refuses_to_start_without_the_secrets():
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "VLLM_API_KEY")}
-    proc = subprocess.run([COMPOSE, "-f", str(DOCKER / "vllm-compose.yml"), "config"], capture_output=True,
-                          text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [COMPOSE, "-f", str(DOCKER / "vllm-compose.yml"), "config"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode != 0 and "HF_TOKEN" in proc.stderr
 
 
@@ -149,13 +209,21 @@ def test_tgi_compose_says_what_a_gpu_machine_needs():
     svc = _load(DOCKER / "tgi-compose.yml")["services"]["tgi"]
     assert re.fullmatch(r"ghcr\.io/huggingface/text-generation-inference:\d+\.\d+\.\d+", svc["image"])
     assert svc["deploy"]["resources"]["reservations"]["devices"] == [
-        {"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
+        {"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}
+    ]
     assert svc["shm_size"] == "1g" and svc["ports"][0].startswith("127.0.0.1:")
     assert svc["environment"]["HF_TOKEN"].startswith("${HF_TOKEN:?")
     assert any(v.endswith(":/data") for v in svc["volumes"])
     assert "/health" in " ".join(svc["healthcheck"]["test"])
     cmd = svc["command"]
-    for flag in ("--model-id", "--num-shard", "--max-input-tokens", "--max-total-tokens",
-                 "--max-batch-prefill-tokens", "--max-concurrent-requests", "--waiting-served-ratio",
-                 "--max-waiting-tokens"):
+    for flag in (
+        "--model-id",
+        "--num-shard",
+        "--max-input-tokens",
+        "--max-total-tokens",
+        "--max-batch-prefill-tokens",
+        "--max-concurrent-requests",
+        "--waiting-served-ratio",
+        "--max-waiting-tokens",
+    ):
         assert flag in cmd, flag

@@ -41,7 +41,13 @@ def _independent(d: Drill) -> float:
     if d.kind == "critical_batch":  # solve 2 * b / bytes = ridge for b
         return x["peak_tflops"] * 1e3 / x["bandwidth_gb_s"] * x["bytes_per_param"] / 2
     if d.kind == "prefill_ttft_ms":
-        return 2 * x["num_params"] * x["prompt_tokens"] / (x["num_gpus"] * x["peak_tflops"] * 1e12 * x["mfu"]) * 1e3
+        return (
+            2
+            * x["num_params"]
+            * x["prompt_tokens"]
+            / (x["num_gpus"] * x["peak_tflops"] * 1e12 * x["mfu"])
+            * 1e3
+        )
     if d.kind == "batching_gain":
         lens, b = x["output_lens"], x["batch_size"]
         assert len(lens) == b  # one batch composition, repeated
@@ -85,7 +91,7 @@ def test_same_seed_same_drills_and_other_seeds_differ():
 
 def test_every_topic_appears_before_any_repeats():
     drills = make_drills(3, n=len(TOPICS) + 2)
-    assert {d.topic for d in drills[:len(TOPICS)]} == set(TOPICS)
+    assert {d.topic for d in drills[: len(TOPICS)]} == set(TOPICS)
     only = make_drills(3, topics=["speculative", "cost"], n=5)
     assert {d.topic for d in only} == {"speculative", "cost"}
     with pytest.raises(ValueError, match="unknown topics"):
@@ -121,9 +127,21 @@ def test_is_correct_uses_the_relative_tolerance():
 def test_model_shapes_match_the_configs(name):
     cfg = json.loads((CONFIGS / f"{name}.json").read_text())
     s = MODELS[name]
-    assert (s.num_layers, s.hidden_size, s.num_attention_heads, s.num_kv_heads, s.intermediate_size,
-            s.vocab_size) == (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"],
-                              cfg["num_key_value_heads"], cfg["intermediate_size"], cfg["vocab_size"])
+    assert (
+        s.num_layers,
+        s.hidden_size,
+        s.num_attention_heads,
+        s.num_kv_heads,
+        s.intermediate_size,
+        s.vocab_size,
+    ) == (
+        cfg["num_hidden_layers"],
+        cfg["hidden_size"],
+        cfg["num_attention_heads"],
+        cfg["num_key_value_heads"],
+        cfg["intermediate_size"],
+        cfg["vocab_size"],
+    )
 
 
 def test_seed_example_is_not_ten_times():
@@ -161,4 +179,6 @@ def test_your_numbers_fills_in_recorded_figures_and_reports_missing_ones(tmp_pat
     record("00", "batch-1 decode speed", 41.5, "tokens/s", predicted=56.0)
     asks = {q["key"]: q for q in your_numbers()}
     assert asks["continuous_gain"]["lab"] == "03"
-    assert asks["decode_tokens_per_s"]["lab"] == "00" and "41.5 tokens/s" in asks["decode_tokens_per_s"]["text"]
+    assert (
+        asks["decode_tokens_per_s"]["lab"] == "00" and "41.5 tokens/s" in asks["decode_tokens_per_s"]["text"]
+    )

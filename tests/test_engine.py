@@ -7,18 +7,32 @@ import json
 
 import pytest
 
-from lab_utils.engine import (EngineConfig, Request, RequestStatus, SamplingParams, Scheduler,
-                              SchedulerConfig, StepSnapshot, to_sim_result)
+from lab_utils.engine import (
+    EngineConfig,
+    Request,
+    RequestStatus,
+    SamplingParams,
+    Scheduler,
+    SchedulerConfig,
+    StepSnapshot,
+    to_sim_result,
+)
 from lab_utils.engine.llama import LlamaConfig
 from lab_utils.engine.sampler import apply_top_k_top_p
 from lab_utils.kv import KVCacheManager
 
 
 # --- configs -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs, words", [
-    ({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"), ({"top_k": -2}, "top_k"),
-    ({"max_tokens": 0}, "max_tokens"), ({"stop": [""]}, "stop"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"top_k": -2}, "top_k"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"stop": [""]}, "stop"),
+    ],
+)
 def test_sampling_params_reject_bad_values(kwargs, words):
     with pytest.raises(ValueError, match=words):
         SamplingParams(**kwargs)
@@ -30,11 +44,18 @@ def test_sampling_params_normalise():
     assert SamplingParams(temperature=0).greedy
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    ({"max_num_seqs": 0}, "max_num_seqs"), ({"block_size": 0}, "block_size"),
-    ({"num_kv_blocks": 0}, "num_kv_blocks"), ({"dtype": "int8"}, "dtype"), ({"device": "tpu"}, "device"),
-    ({"max_model_len": 1}, "max_model_len"), ({"kv_cache_gib": 0}, "kv_cache_gib"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"max_num_seqs": 0}, "max_num_seqs"),
+        ({"block_size": 0}, "block_size"),
+        ({"num_kv_blocks": 0}, "num_kv_blocks"),
+        ({"dtype": "int8"}, "dtype"),
+        ({"device": "tpu"}, "device"),
+        ({"max_model_len": 1}, "max_model_len"),
+        ({"kv_cache_gib": 0}, "kv_cache_gib"),
+    ],
+)
 def test_engine_config_rejects_bad_values(kwargs, words):
     with pytest.raises(ValueError, match=words):
         EngineConfig(**kwargs)
@@ -59,14 +80,18 @@ def make_scheduler(num_blocks=16, block_size=4, **cfg) -> Scheduler:
 
 
 def req(rid: str, n: int, max_tokens: int = 8) -> Request:
-    return Request(rid, list(range(100, 100 + n)), SamplingParams(temperature=0, max_tokens=max_tokens),
-                   eos_token_id=2)
+    return Request(
+        rid, list(range(100, 100 + n)), SamplingParams(temperature=0, max_tokens=max_tokens), eos_token_id=2
+    )
 
 
 def run_step(s: Scheduler, token: int = 5):
     out = s.schedule()
-    sampled = {rid: token for rid, n in out.num_scheduled_tokens.items()
-               if out.num_computed_tokens[rid] + n == s.requests[rid].num_tokens}
+    sampled = {
+        rid: token
+        for rid, n in out.num_scheduled_tokens.items()
+        if out.num_computed_tokens[rid] + n == s.requests[rid].num_tokens
+    }
     return out, s.update_from_output(out, sampled)
 
 
@@ -140,7 +165,9 @@ def test_eos_and_stop_tokens_and_max_model_len_finish():
     out = s.schedule()
     done = s.update_from_output(out, {"eos": 2, "stop": 5, "len": 6})
     assert {r.request_id: (r.status.value, r.stop_reason) for r in done} == {
-        "eos": ("stop", None), "stop": ("stop", 5)}
+        "eos": ("stop", None),
+        "stop": ("stop", 5),
+    }
     out = s.schedule()
     done = s.update_from_output(out, {"len": 6})
     assert [(r.request_id, r.status.value) for r in done] == [("len", "length")]  # 5 + 2 = 7 tokens
@@ -149,9 +176,11 @@ def test_eos_and_stop_tokens_and_max_model_len_finish():
 def test_a_lab03_schedule_function_drives_the_scheduler():
     from lab_utils.sim.scheduler import reference_schedule
 
-    s = Scheduler(KVCacheManager(4, 4, enable_caching=False),
-                  SchedulerConfig(max_num_batched_tokens=32, max_model_len=16),
-                  schedule_fn=reference_schedule)
+    s = Scheduler(
+        KVCacheManager(4, 4, enable_caching=False),
+        SchedulerConfig(max_num_batched_tokens=32, max_model_len=16),
+        schedule_fn=reference_schedule,
+    )
     s.add_request(req("a", 7))
     s.add_request(req("b", 7))
     for _ in range(2):
@@ -185,8 +214,9 @@ def test_snapshots_become_a_lab03_result():
 
 
 def test_foreign_architecture_is_refused_before_loading(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"],
-                                                      "model_type": "gpt2"}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"})
+    )
     with pytest.raises(ValueError, match="GPT2LMHeadModel.*LlamaForCausalLM"):
         LlamaConfig.from_folder(tmp_path)
     from lab_utils.engine import LLMEngine
@@ -222,7 +252,7 @@ def reference(course_model):
         ids = tok(p, return_tensors="pt")
         with torch.inference_mode():
             gen = model.generate(**ids, max_new_tokens=MAX_NEW, do_sample=False)
-        out[p] = gen[0, ids["input_ids"].shape[1]:].tolist()
+        out[p] = gen[0, ids["input_ids"].shape[1] :].tolist()
     return out
 
 
@@ -230,8 +260,9 @@ def reference(course_model):
 def engine(course_model):
     from lab_utils.engine import LLMEngine
 
-    return LLMEngine(course_model, max_num_seqs=8, block_size=4, num_kv_blocks=128, dtype="float32",
-                     device="cpu")
+    return LLMEngine(
+        course_model, max_num_seqs=8, block_size=4, num_kv_blocks=128, dtype="float32", device="cpu"
+    )
 
 
 def same(outputs, reference) -> list[bool]:
@@ -267,8 +298,17 @@ def test_greedy_matches_with_preemption_and_chunked_prefill(course_model, refere
     from lab_utils.engine import LLMEngine
 
     # 14 blocks of 4 tokens cannot hold five requests of ~30 tokens; 16-token budget chunks prompts.
-    eng = LLMEngine(course_model, max_num_seqs=8, block_size=4, num_kv_blocks=14, max_model_len=48,
-                    max_num_batched_tokens=16, enable_prefix_caching=False, dtype="float32", device="cpu")
+    eng = LLMEngine(
+        course_model,
+        max_num_seqs=8,
+        block_size=4,
+        num_kv_blocks=14,
+        max_model_len=48,
+        max_num_batched_tokens=16,
+        enable_prefix_caching=False,
+        dtype="float32",
+        device="cpu",
+    )
     outs = eng.generate(PROMPTS, GREEDY)
     assert eng.scheduler.num_preemptions > 0
     assert any(len(s.prefill) and s.num_prefill_tokens < 17 and s.decode for s in eng.snapshots)
@@ -282,8 +322,9 @@ def test_seeded_sampling_is_reproducible_in_any_batch(engine):
     alone = engine.generate(PROMPTS[0], sp)[0].outputs[0].token_ids
     crowd = engine.generate(PROMPTS, [sp] + [SamplingParams(temperature=1.0, max_tokens=12)] * 4)
     assert crowd[0].outputs[0].token_ids == alone
-    other = engine.generate(PROMPTS[0], SamplingParams(temperature=0.9, top_p=0.9, top_k=50,
-                                                        seed=99, max_tokens=12))[0]
+    other = engine.generate(
+        PROMPTS[0], SamplingParams(temperature=0.9, top_p=0.9, top_k=50, seed=99, max_tokens=12)
+    )[0]
     assert other.outputs[0].token_ids != alone
 
 
@@ -294,9 +335,10 @@ def test_stop_strings_stop_tokens_and_streaming(engine, reference):
     assert out.outputs[0].text == " 5, 6," and out.outputs[0].finish_reason == "stop"
     assert out.outputs[0].stop_reason == " 7"
     k = next(i for i in range(2, len(ref)) if ref[i] not in ref[:i])  # first new token after two
-    out = engine.generate(PROMPTS[4], SamplingParams(temperature=0, max_tokens=MAX_NEW,
-                                                     stop_token_ids=[ref[k]]))[0]
-    assert out.outputs[0].token_ids == ref[:k + 1] and out.outputs[0].stop_reason == ref[k]
+    out = engine.generate(
+        PROMPTS[4], SamplingParams(temperature=0, max_tokens=MAX_NEW, stop_token_ids=[ref[k]])
+    )[0]
+    assert out.outputs[0].token_ids == ref[: k + 1] and out.outputs[0].stop_reason == ref[k]
     seen = list(engine.stream(PROMPTS[4], SamplingParams(temperature=0, max_tokens=6)))
     assert [len(o.outputs[0].token_ids) for o in seen] == [1, 2, 3, 4, 5, 6]
     assert [o.finished for o in seen] == [False] * 5 + [True]
@@ -335,8 +377,15 @@ def test_learner_parts_plug_in(course_model, reference):
     from lab_utils.sim.scheduler import reference_schedule
 
     kv = KVCacheManager(64, 8, enable_caching=False)  # an instance, as a learner would pass theirs
-    eng = LLMEngine(course_model, kv_cache_manager=kv, schedule_fn=reference_schedule, max_num_seqs=4,
-                    dtype="float32", device="cpu", record_frames=True)
+    eng = LLMEngine(
+        course_model,
+        kv_cache_manager=kv,
+        schedule_fn=reference_schedule,
+        max_num_seqs=4,
+        dtype="float32",
+        device="cpu",
+        record_frames=True,
+    )
     assert eng.block_size == 8 and eng.num_blocks == 64
     outs = eng.generate(PROMPTS, GREEDY)
     assert same(outs, reference) == [True] * len(PROMPTS)

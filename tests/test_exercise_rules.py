@@ -40,17 +40,20 @@ def test_scenario_comes_from_the_seed_parameter(path):
     params = [c for c in cells if "parameters" in c.metadata.get("tags", [])]
     assert params, "the lab needs a cell tagged `parameters`"
     assert re.search(r"^SEED\s*=\s*0\b", params[0].source, re.M), "the parameters cell sets SEED = 0"
-    assert any(re.search(rf"lab_scenario\(\s*['\"]{lab}['\"]\s*,\s*SEED\s*\)", c.source) for c in cells), \
+    assert any(re.search(rf"lab_scenario\(\s*['\"]{lab}['\"]\s*,\s*SEED\s*\)", c.source) for c in cells), (
         f'a setup cell draws SCENARIO = lab_scenario("{lab}", SEED)'
+    )
     assert lab_scenario(lab, 0) == lab_scenario(lab, 0), "a scenario is a function of the seed"
-    assert any(lab_scenario(lab, 0) != lab_scenario(lab, s) for s in (1, 2, 3)), \
+    assert any(lab_scenario(lab, 0) != lab_scenario(lab, s) for s in (1, 2, 3)), (
         "other seeds must draw other scenarios"
+    )
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=IDS)
 def test_lab_ends_with_what_you_measured(path):
-    assert any("measured_table(" in c.source for c in _code(path)), \
+    assert any("measured_table(" in c.source for c in _code(path)), (
         "end the lab with lab_utils.results.measured_table(...)"
+    )
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=IDS)
@@ -58,7 +61,9 @@ def test_no_forbidden_reference_is_imported(path):
     forbidden = {spec for q in questions_for(path.name[:2]) for spec in q.forbid}
     found = []
     for cell in _code(path):
-        source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        source = "\n".join(
+            line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!"))
+        )
         try:
             tree = ast.parse(source)
         except SyntaxError:
@@ -70,7 +75,9 @@ def test_no_forbidden_reference_is_imported(path):
                         found.append(f"from {node.module} import {alias.name}")
     for spec in forbidden:
         module, _, attr = spec.partition(":")
-        if any(re.search(rf"\b{re.escape(module.rsplit('.', 1)[-1])}\.{re.escape(attr)}\b", c.source)
-               for c in _code(path)):
+        if any(
+            re.search(rf"\b{re.escape(module.rsplit('.', 1)[-1])}\.{re.escape(attr)}\b", c.source)
+            for c in _code(path)
+        ):
             found.append(spec)
     assert not found, f"the notebook reaches references its questions forbid: {found}"

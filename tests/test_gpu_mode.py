@@ -16,8 +16,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lab_utils.gpu_mode import (gpu_branch_outcomes, lab_notebooks, requirement_pins, resolve_requirements,
-                                setup_cells)
+from lab_utils.gpu_mode import (
+    gpu_branch_outcomes,
+    lab_notebooks,
+    requirement_pins,
+    resolve_requirements,
+    setup_cells,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SOLUTIONS = lab_notebooks(REPO / "solutions")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
-import shutil
 import time
 from pathlib import Path
 
@@ -12,17 +10,19 @@ import nbformat
 import pytest
 
 from lab_utils.grading import CHECK_MIME, questions_for, score
-from lab_utils.grading.grader import grade_class, write_gradebook, Outcome
+from lab_utils.grading.grader import Outcome, grade_class, write_gradebook
 from lab_utils.grading.probe import instrument, load_answers
 
 # Crafted submissions answer lab 07's questions that need no server and no model, so each
 # notebook grades in seconds: a value computed from SCENARIO and two functions.
 SCENARIO_CELL = "from lab_utils.grading import lab_scenario\nSCENARIO = lab_scenario('07', SEED)"
-SERVED = ("def served_versions(on_disk, policy):\n"
-          "    v = sorted(int(x) for x in on_disk)\n"
-          "    if 'all' in policy:\n        return v\n"
-          "    if 'specific' in policy:\n        return [x for x in v if x in set(policy['specific']['versions'])]\n"
-          "    return v[-int(policy.get('latest', {}).get('num_versions', 1)):]")
+SERVED = (
+    "def served_versions(on_disk, policy):\n"
+    "    v = sorted(int(x) for x in on_disk)\n"
+    "    if 'all' in policy:\n        return v\n"
+    "    if 'specific' in policy:\n        return [x for x in v if x in set(policy['specific']['versions'])]\n"
+    "    return v[-int(policy.get('latest', {}).get('num_versions', 1)):]"
+)
 EXTRA = "def extra_tensor_bytes(p, n, b=8):\n    return 2 * b * (p + n)"
 PREDICT = "predicted_avg_batch = min(SCENARIO['concurrency'], SCENARIO['preferred_batch_size'])"
 GOOD_ANSWERS = [SCENARIO_CELL, SERVED, EXTRA, PREDICT]
@@ -51,6 +51,7 @@ def write(folder: Path, student: str, nb, name: str = NB_NAME) -> Path:
 
 # --- unit tests (fast) -------------------------------------------------------------------------
 
+
 def test_score_statuses():
     q = next(q for q in questions_for(LAB) if q.id == "07.extra_tensor_bytes")
     assert score(q, {}).status == "not answered"
@@ -64,6 +65,7 @@ def test_score_statuses():
 
         def __lt__(self, other):
             return True
+
     assert score(q, {"extra_tensor_bytes": lambda *a: Liar()}).earned == 0
 
 
@@ -104,7 +106,9 @@ CRAFTED = {
     "good": notebook(*GOOD_ANSWERS),
     "partial": notebook(SCENARIO_CELL, SERVED, "def extra_tensor_bytes(p, n, b=8):\n    return b * (p + n)"),
     "hang": notebook(SCENARIO_CELL, SERVED, "while True:\n    pass", EXTRA),
-    "kernel_death": notebook(SCENARIO_CELL, SERVED, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", EXTRA),
+    "kernel_death": notebook(
+        SCENARIO_CELL, SERVED, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", EXTRA
+    ),
     "invalid_json": '{"cells": [ this is not json',
     "tampered": notebook(
         "served_versions = lambda on_disk, policy: [99]\nextra_tensor_bytes = lambda *a: -1",
@@ -126,7 +130,12 @@ CRAFTED = {
         "for f in glob.glob('*'):\n    os.remove(f)",
     ),
     "huge_output": notebook(SCENARIO_CELL, SERVED, "print('x' * 30_000_000)", EXTRA),
-    "memory_hog": notebook(SCENARIO_CELL, SERVED, "import time\nhog = []\nfor _ in range(40):\n    hog.append(bytearray(2**28)); hog[-1][::4096] = b\"x\" * (2**28 // 4096); time.sleep(0.3)", EXTRA),
+    "memory_hog": notebook(
+        SCENARIO_CELL,
+        SERVED,
+        'import time\nhog = []\nfor _ in range(40):\n    hog.append(bytearray(2**28)); hog[-1][::4096] = b"x" * (2**28 // 4096); time.sleep(0.3)',
+        EXTRA,
+    ),
 }
 
 EXPECTED = {  # student: (public total, status prefix)
@@ -163,10 +172,15 @@ def graded_class(tmp_path_factory):
     )
     messages: list[str] = []
     t0 = time.monotonic()
-    outcomes = grade_class(subs, out, hidden, workers=2, timeout=45, memory_mb=4096,
-                           progress=messages.append)
-    return {"subs": subs, "out": out, "hidden": hidden, "outcomes": outcomes,
-            "messages": messages, "seconds": time.monotonic() - t0}
+    outcomes = grade_class(subs, out, hidden, workers=2, timeout=45, memory_mb=4096, progress=messages.append)
+    return {
+        "subs": subs,
+        "out": out,
+        "hidden": hidden,
+        "outcomes": outcomes,
+        "messages": messages,
+        "seconds": time.monotonic() - t0,
+    }
 
 
 def _rows(out: Path) -> dict[str, dict]:

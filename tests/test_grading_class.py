@@ -19,24 +19,28 @@ import nbformat
 import pytest
 
 from lab_utils.grading import questions_for
-from lab_utils.grading.grader import Outcome, grade_class
 from lab_utils.grading.gradebook import question_summary, write_histogram
+from lab_utils.grading.grader import Outcome, grade_class
 from lab_utils.grading.sandbox import Status
 
 REPO = Path(__file__).resolve().parent.parent
 SEED = 4242
 TIMEOUT = 100  # per notebook: well above a tiny notebook's run even on a loaded machine
 
-SERVED = ("def served_versions(on_disk, policy):\n"
-          "    versions = sorted(on_disk)\n"
-          "    if 'all' in policy:\n        return versions\n"
-          "    if 'specific' in policy:\n"
-          "        return [v for v in versions if v in set(policy['specific']['versions'])]\n"
-          "    return versions[-int(policy.get('latest', {}).get('num_versions', 1)):]\n")
+SERVED = (
+    "def served_versions(on_disk, policy):\n"
+    "    versions = sorted(on_disk)\n"
+    "    if 'all' in policy:\n        return versions\n"
+    "    if 'specific' in policy:\n"
+    "        return [v for v in versions if v in set(policy['specific']['versions'])]\n"
+    "    return versions[-int(policy.get('latest', {}).get('num_versions', 1)):]\n"
+)
 BYTES = "def extra_tensor_bytes(prompt, new, width=8):\n    return 2 * width * (prompt + new)\n"
-KV = ("def trtllm_kv_tokens(gpu, weights, act, fraction, kv, max_tokens=None):\n"
-      "    tokens = int((gpu - weights - act) * 2**30 * fraction // kv)\n"
-      "    return tokens if max_tokens is None else min(tokens, int(max_tokens))\n")
+KV = (
+    "def trtllm_kv_tokens(gpu, weights, act, fraction, kv, max_tokens=None):\n"
+    "    tokens = int((gpu - weights - act) * 2**30 * fraction // kv)\n"
+    "    return tokens if max_tokens is None else min(tokens, int(max_tokens))\n"
+)
 
 
 def notebook(*sources: str):
@@ -62,8 +66,11 @@ HOSTILE = {  # student: notebook, expected status, expected points
     "good": (notebook(SERVED, BYTES, KV), Status.OK, 5),
     "raises": (notebook(BYTES, "1 / 0", SERVED), Status.CELL_ERRORS, 3),
     "sleeper": (notebook(BYTES, "import time\ntime.sleep(100_000)", SERVED), Status.TIMEOUT, 1),
-    "killer": (notebook(BYTES, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", SERVED),
-               Status.KERNEL_DIED, 1),
+    "killer": (
+        notebook(BYTES, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", SERVED),
+        Status.KERNEL_DIED,
+        1,
+    ),
 }
 
 
@@ -78,13 +85,27 @@ def rows(out: Path) -> dict[str, dict]:
 
 
 def cli(subs: Path, out: Path, *extra: str, env=None, **kw) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "lab_utils.grading", "grade", str(subs), "--out", str(out),
-           "--seed", str(SEED), "--timeout", str(TIMEOUT), *extra]
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, **kw)
+    cmd = [
+        sys.executable,
+        "-m",
+        "lab_utils.grading",
+        "grade",
+        str(subs),
+        "--out",
+        str(out),
+        "--seed",
+        str(SEED),
+        "--timeout",
+        str(TIMEOUT),
+        *extra,
+    ]
+    return subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw
+    )
 
 
 # --- fast: units and bad inputs (nothing runs a notebook) --------------------------------------
+
 
 def test_status_enum_and_no_preexec_fn():
     assert Status.of("memory limit: used more than 10 MB") is Status.MEMORY_LIMIT
@@ -101,14 +122,22 @@ def test_memory_limit_is_an_outcome(tmp_path):
     from lab_utils.grading.sandbox import run_limited
 
     hog = "import time\nx = bytearray(400 * 2**20)\nx[::4096] = b'x' * len(x[::4096])\ntime.sleep(60)"
-    code, stopped = run_limited([sys.executable, "-c", hog], timeout=90, memory_mb=150, env=dict(os.environ),
-                                cwd=tmp_path, log=tmp_path / "log")
+    code, stopped = run_limited(
+        [sys.executable, "-c", hog],
+        timeout=90,
+        memory_mb=150,
+        env=dict(os.environ),
+        cwd=tmp_path,
+        log=tmp_path / "log",
+    )
     assert (code, stopped) == (None, Status.MEMORY_LIMIT)
 
 
 def test_summary_and_histogram(tmp_path):
-    outs = [Outcome("a", "07", {"07.x": 2.0, "07.y": 0.0}, {"07.x": 2.0, "07.y": 1.0}),
-            Outcome("b", "07", {"07.x": 0.0, "07.y": 0.0}, {"07.x": 2.0, "07.y": 1.0})]
+    outs = [
+        Outcome("a", "07", {"07.x": 2.0, "07.y": 0.0}, {"07.x": 2.0, "07.y": 1.0}),
+        Outcome("b", "07", {"07.x": 0.0, "07.y": 0.0}, {"07.x": 2.0, "07.y": 1.0}),
+    ]
     by_q = {r["question"]: r for r in question_summary(outs)}
     assert by_q["07.x"]["mean"] == 1.0 and by_q["07.x"]["spread"] == 1.0 and by_q["07.x"]["zeros"] == 1
     assert by_q["07.y"]["zeros"] == 2
@@ -130,8 +159,12 @@ def test_bad_inputs_each_get_a_row(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# my answers")]
     put(subs, "markdown_only", nb)
-    put(subs, "other_lab", notebook("from lab_utils.grading import lab_scenario\n"
-                                    "SCENARIO = lab_scenario(\"05\", SEED)"), "02_kv.ipynb")
+    put(
+        subs,
+        "other_lab",
+        notebook('from lab_utils.grading import lab_scenario\nSCENARIO = lab_scenario("05", SEED)'),
+        "02_kv.ipynb",
+    )
     a, b = _lab05_answer_names()
     put(subs, "other_names", notebook(f"{a} = 1\n{b} = 2"))
     put(subs, "Ana", notebook(BYTES))
@@ -146,10 +179,19 @@ def test_bad_inputs_each_get_a_row(tmp_path):
     messages: list[str] = []
     grade_class(subs, out, timeout=30, memory_mb=2048, seed=SEED, progress=messages.append)
     got = {s: r["status"] for s, r in rows(out).items()}
-    expect = {"pdf": Status.NOT_A_NOTEBOOK, "blank": Status.EMPTY, "markdown_only": Status.EMPTY,
-              "other_lab": Status.WRONG_LAB, "other_names": Status.WRONG_LAB, "Ana": Status.DUPLICATE,
-              "ana": Status.DUPLICATE, "twice": Status.DUPLICATE, "dangling": Status.UNREADABLE,
-              "folder": Status.UNREADABLE, "binary": Status.NOT_A_NOTEBOOK}
+    expect = {
+        "pdf": Status.NOT_A_NOTEBOOK,
+        "blank": Status.EMPTY,
+        "markdown_only": Status.EMPTY,
+        "other_lab": Status.WRONG_LAB,
+        "other_names": Status.WRONG_LAB,
+        "Ana": Status.DUPLICATE,
+        "ana": Status.DUPLICATE,
+        "twice": Status.DUPLICATE,
+        "dangling": Status.UNREADABLE,
+        "folder": Status.UNREADABLE,
+        "binary": Status.NOT_A_NOTEBOOK,
+    }
     for student, status in expect.items():
         assert Status.of(got[student]) is status, (student, got[student])
     assert "05" in got["other_lab"] and "Ana and ana" in got["Ana"] and "07_a.ipynb" in got["twice"]
@@ -160,6 +202,7 @@ def test_bad_inputs_each_get_a_row(tmp_path):
 
 
 # --- slow: real kernels ------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory):
@@ -241,6 +284,9 @@ def test_killed_grader_resumes_and_matches(local_run, tmp_path):
     log, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, log
     assert "1 unchanged notebook(s) kept" in log and "[1/1]" in log
-    want = [line for line in (local_run["out"] / "gradebook.csv").read_text().splitlines()
-            if line.split(",")[0] in {"student", "points_possible", "zed", *students}]
+    want = [
+        line
+        for line in (local_run["out"] / "gradebook.csv").read_text().splitlines()
+        if line.split(",")[0] in {"student", "points_possible", "zed", *students}
+    ]
     assert (out / "gradebook.csv").read_text().splitlines() == want

@@ -82,16 +82,23 @@ def test_a_typed_in_value_only_matches_its_own_seed():
     typed = {"scenario_area": s["w"] * s["h"]}
     q = get(f"{LAB}.scenario_area")
     assert score_graded(q, typed, 7).status == CORRECT
-    other = next(seed for seed in range(8, 100) if lab_scenario(LAB, seed) != s
-                 and lab_scenario(LAB, seed)["w"] * lab_scenario(LAB, seed)["h"] != typed["scenario_area"])
+    other = next(
+        seed
+        for seed in range(8, 100)
+        if lab_scenario(LAB, seed) != s
+        and lab_scenario(LAB, seed)["w"] * lab_scenario(LAB, seed)["h"] != typed["scenario_area"]
+    )
     assert score_graded(q, typed, other).earned == 0
 
 
-@pytest.mark.parametrize("answer", [
-    _reference_area,                                   # the reference itself
-    functools.partial(_reference_area),                # wrapped in a partial
-    lambda w, h: _reference_area(w, h),                # called from the learner's own function
-])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        _reference_area,  # the reference itself
+        functools.partial(_reference_area),  # wrapped in a partial
+        lambda w, h: _reference_area(w, h),  # called from the learner's own function
+    ],
+)
 def test_the_reference_scores_zero_by_identity_and_by_behaviour(answer):
     result = score_graded(get(f"{LAB}.area"), {"area": answer}, 3)
     assert result.earned == 0 and result.status == REFERENCE, result
@@ -132,7 +139,9 @@ def test_memorised_submission_scores_nothing_here():
     fake = memorised_answers(LAB, answers)
     assert score(get(f"{LAB}.area"), fake).status == CORRECT  # it does pass the public check
     other = job_seed(99, "ci", LAB)
-    total = sum(score_graded(q, fake, other).earned for q in (get(f"{LAB}.area"), get(f"{LAB}.scenario_area")))
+    total = sum(
+        score_graded(q, fake, other).earned for q in (get(f"{LAB}.area"), get(f"{LAB}.scenario_area"))
+    )
     assert total == 0
 
 

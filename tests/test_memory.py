@@ -9,9 +9,22 @@ from pathlib import Path
 import pytest
 
 from lab_utils.memory import (
-    GPUS, GiB, DoesNotFitError, ModelSpec, bits_per_weight, decode_tokens_per_s, get_gpu, gpus_by_memory,
-    kv_cache_bytes_per_token, kv_cache_capacity_tokens, kv_cache_num_blocks, memory_breakdown, recommend,
-    require_fit, vllm_kv_cache_report, weight_bytes,
+    GPUS,
+    DoesNotFitError,
+    GiB,
+    ModelSpec,
+    bits_per_weight,
+    decode_tokens_per_s,
+    get_gpu,
+    gpus_by_memory,
+    kv_cache_bytes_per_token,
+    kv_cache_capacity_tokens,
+    kv_cache_num_blocks,
+    memory_breakdown,
+    recommend,
+    require_fit,
+    vllm_kv_cache_report,
+    weight_bytes,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -33,8 +46,11 @@ KV_BF16 = {
 
 # parameter counts as published on the model cards ("135M", "8.03B", "70.6B", "7.24B", "7.61B")
 PUBLISHED_PARAMS = {
-    "SmolLM2-135M": 135e6, "Llama-3-8B": 8.03e9, "Llama-3-70B": 70.6e9,
-    "Mistral-7B-v0.1": 7.24e9, "Qwen2.5-7B": 7.61e9,
+    "SmolLM2-135M": 135e6,
+    "Llama-3-8B": 8.03e9,
+    "Llama-3-70B": 70.6e9,
+    "Mistral-7B-v0.1": 7.24e9,
+    "Qwen2.5-7B": 7.61e9,
 }
 
 
@@ -60,9 +76,19 @@ def test_num_params_exact_on_known_checkpoints():
 
 def test_from_hf_config_reads_fields_and_defaults():
     s = spec("Llama-3-70B")
-    assert (s.num_layers, s.hidden_size, s.num_attention_heads, s.num_kv_heads, s.head_dim) == (80, 8192, 64, 8, 128)
-    assert (s.intermediate_size, s.vocab_size, s.tie_word_embeddings, s.max_position_embeddings) == \
-        (28672, 128256, False, 8192)
+    assert (s.num_layers, s.hidden_size, s.num_attention_heads, s.num_kv_heads, s.head_dim) == (
+        80,
+        8192,
+        64,
+        8,
+        128,
+    )
+    assert (s.intermediate_size, s.vocab_size, s.tie_word_embeddings, s.max_position_embeddings) == (
+        28672,
+        128256,
+        False,
+        8192,
+    )
     assert s.name == "Llama-3-70B"
     assert spec("SmolLM2-135M").tie_word_embeddings
     # MHA: no num_key_value_heads means one KV head per query head; head_dim from hidden/heads
@@ -117,7 +143,10 @@ def test_report_matches_vllm_formula_for_odd_max_model_len():
     assert (r.num_blocks, r.blocks_per_request) == (182, 16)
     assert r.max_concurrency == 182 / 16
     assert r.kv_cache_tokens == 22_750  # int(11.375 * 2000), not 182 * 128
-    assert r.log_line() == "CPU KV cache size: 22,750 tokens, Maximum concurrency for 2,000 tokens per request: 11.38x"
+    assert (
+        r.log_line()
+        == "CPU KV cache size: 22,750 tokens, Maximum concurrency for 2,000 tokens per request: 11.38x"
+    )
 
 
 def test_refusal_accounts_for_the_null_block():
@@ -138,8 +167,13 @@ def test_calculator_predicts_recorded_vllm_logs(logfile):
 
     text = logfile.read_text()
     header = json.loads(text.splitlines()[0].lstrip("# "))
-    report = vllm_kv_cache_report(header["kv_cache_bytes"], spec("SmolLM2-135M"), header["kv_cache_dtype"],
-                                  128, max_model_len=header["max_model_len"])
+    report = vllm_kv_cache_report(
+        header["kv_cache_bytes"],
+        spec("SmolLM2-135M"),
+        header["kv_cache_dtype"],
+        128,
+        max_model_len=header["max_model_len"],
+    )
     if header["refused"]:
         assert not report.fits
         assert f"estimated maximum model length is {report.estimated_max_model_len}" in text
@@ -187,8 +221,10 @@ def test_roofline_is_memory_bound_at_batch_one():
     assert huge <= g.bf16_tflops * 1e12 / s.decode_flops_per_token(0) * 1.0001
 
 
-@pytest.mark.parametrize("name,conc", [("Llama-3-70B", 1), ("Llama-3-70B", 32), ("Llama-3-8B", 64),
-                                       ("Qwen2.5-7B", 8), ("SmolLM2-135M", 4)])
+@pytest.mark.parametrize(
+    "name,conc",
+    [("Llama-3-70B", 1), ("Llama-3-70B", 32), ("Llama-3-8B", 64), ("Qwen2.5-7B", 8), ("SmolLM2-135M", 4)],
+)
 def test_recommend_only_returns_configs_that_fit(name, conc):
     s = spec(name)
     recs = recommend(s, max_model_len=8192, min_concurrency=conc)
@@ -196,7 +232,9 @@ def test_recommend_only_returns_configs_that_fit(name, conc):
     for r in recs:
         b = memory_breakdown(s, r.gpu, tensor_parallel_size=r.num_gpus, max_model_len=8192)
         assert b.kv.num_blocks - 1 >= conc * b.kv.blocks_per_request
-        assert b.weights_bytes + b.activation_bytes + b.overhead_bytes + b.kv_cache_bytes <= r.gpu.memory_bytes
+        assert (
+            b.weights_bytes + b.activation_bytes + b.overhead_bytes + b.kv_cache_bytes <= r.gpu.memory_bytes
+        )
         assert s.num_attention_heads % r.num_gpus == 0
         assert r.num_gpus >= r.gpus_by_memory
         assert r.cost_per_million_tokens == pytest.approx(r.cost_per_hour / (r.tokens_per_s * 3600) * 1e6)
@@ -216,32 +254,38 @@ def test_gpu_count_rounds_up_not_down():
     assert [(r.gpus_by_memory, r.num_gpus) for r in h100] == [(3, 4)]
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda s: kv_cache_bytes_per_token(s, "int3"), "unknown dtype"),
-    (lambda s: weight_bytes(s, "q3_k"), "unknown dtype or quantization"),
-    (lambda s: weight_bytes(s, "awq", group_size=0), "group_size"),
-    (lambda s: kv_cache_capacity_tokens(-1, s), "non-negative"),
-    (lambda s: kv_cache_capacity_tokens(GiB, s, "bfloat16", 0), "block_size"),
-    (lambda s: memory_breakdown(s, "H100-80GB", gpu_memory_utilization=1.5), r"\(0, 1\]"),
-    (lambda s: memory_breakdown(s, "H100-80GB", tensor_parallel_size=3), "divide"),
-    (lambda s: memory_breakdown(s, "H100-80GB", tensor_parallel_size=0), "positive"),
-    (lambda s: memory_breakdown(s, "RTX-9999"), "unknown GPU"),
-    (lambda s: memory_breakdown(s, "H100-80GB", max_model_len=0), "max_model_len"),
-    (lambda s: recommend(s, min_concurrency=0), "min_concurrency"),
-    (lambda s: decode_tokens_per_s(s, "L4", 0), "batch_size"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda s: kv_cache_bytes_per_token(s, "int3"), "unknown dtype"),
+        (lambda s: weight_bytes(s, "q3_k"), "unknown dtype or quantization"),
+        (lambda s: weight_bytes(s, "awq", group_size=0), "group_size"),
+        (lambda s: kv_cache_capacity_tokens(-1, s), "non-negative"),
+        (lambda s: kv_cache_capacity_tokens(GiB, s, "bfloat16", 0), "block_size"),
+        (lambda s: memory_breakdown(s, "H100-80GB", gpu_memory_utilization=1.5), r"\(0, 1\]"),
+        (lambda s: memory_breakdown(s, "H100-80GB", tensor_parallel_size=3), "divide"),
+        (lambda s: memory_breakdown(s, "H100-80GB", tensor_parallel_size=0), "positive"),
+        (lambda s: memory_breakdown(s, "RTX-9999"), "unknown GPU"),
+        (lambda s: memory_breakdown(s, "H100-80GB", max_model_len=0), "max_model_len"),
+        (lambda s: recommend(s, min_concurrency=0), "min_concurrency"),
+        (lambda s: decode_tokens_per_s(s, "L4", 0), "batch_size"),
+    ],
+)
 def test_bad_inputs_raise_value_error(call, match):
     with pytest.raises(ValueError, match=match):
         call(spec("Llama-3-8B"))
 
 
-@pytest.mark.parametrize("change,match", [
-    ({"num_hidden_layers": 0}, "num_layers must be a positive"),
-    ({"hidden_size": -4096}, "hidden_size must be a positive"),
-    ({"num_key_value_heads": 5}, "multiple of"),
-    ({"vocab_size": 1.5}, "vocab_size"),
-    ({"num_local_experts": 8}, "mixture-of-experts"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"num_hidden_layers": 0}, "num_layers must be a positive"),
+        ({"hidden_size": -4096}, "hidden_size must be a positive"),
+        ({"num_key_value_heads": 5}, "multiple of"),
+        ({"vocab_size": 1.5}, "vocab_size"),
+        ({"num_local_experts": 8}, "mixture-of-experts"),
+    ],
+)
 def test_bad_configs_raise_value_error(change, match):
     cfg = {**json.loads((CONFIGS / "Llama-3-8B.json").read_text()), **change}
     with pytest.raises(ValueError, match=match):
@@ -264,14 +308,30 @@ def test_recommend_never_returns_a_misfit_on_random_shapes():
     from hypothesis import strategies as st
 
     @settings(max_examples=40, deadline=None)
-    @given(layers=st.integers(1, 96), kv=st.sampled_from([1, 2, 4, 8]), group=st.sampled_from([1, 2, 4, 8]),
-           head_dim=st.sampled_from([64, 128]), mlp=st.integers(2, 5), conc=st.integers(1, 64),
-           max_len=st.integers(256, 32768), weights=st.sampled_from(["bfloat16", "fp8", "awq"]))
+    @given(
+        layers=st.integers(1, 96),
+        kv=st.sampled_from([1, 2, 4, 8]),
+        group=st.sampled_from([1, 2, 4, 8]),
+        head_dim=st.sampled_from([64, 128]),
+        mlp=st.integers(2, 5),
+        conc=st.integers(1, 64),
+        max_len=st.integers(256, 32768),
+        weights=st.sampled_from(["bfloat16", "fp8", "awq"]),
+    )
     def run(layers, kv, group, head_dim, mlp, conc, max_len, weights):
         heads = kv * group
         hidden = heads * head_dim
-        s = ModelSpec("random", layers, hidden, heads, kv, head_dim, mlp * hidden, 32000,
-                      max_position_embeddings=max_len)
+        s = ModelSpec(
+            "random",
+            layers,
+            hidden,
+            heads,
+            kv,
+            head_dim,
+            mlp * hidden,
+            32000,
+            max_position_embeddings=max_len,
+        )
         for r in recommend(s, min_concurrency=conc, weights=weights):
             b = memory_breakdown(s, r.gpu, tensor_parallel_size=r.num_gpus, weights=weights)
             assert b.kv.num_blocks - 1 >= conc * b.kv.blocks_per_request

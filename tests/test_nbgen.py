@@ -21,11 +21,14 @@ def test_two_regions_in_one_cell():
     assert stub_source(src) == f"{STUB}\nb = 2\n{STUB}"
 
 
-@pytest.mark.parametrize("src, problem", [
-    ("### BEGIN SOLUTION\nx = 1", "never closed"),
-    ("x = 1\n### END SOLUTION", "without"),
-    ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION", "nested"),
-])
+@pytest.mark.parametrize(
+    "src, problem",
+    [
+        ("### BEGIN SOLUTION\nx = 1", "never closed"),
+        ("x = 1\n### END SOLUTION", "without"),
+        ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION", "nested"),
+    ],
+)
 def test_malformed_markers_raise(src, problem):
     with pytest.raises(ValueError, match=problem):
         stub_source(src, "test cell")
@@ -50,8 +53,9 @@ def test_student_copy_drops_solution_cells_and_outputs(tmp_path):
 
 
 def test_committed_labs_are_up_to_date(repo):
-    proc = subprocess.run([sys.executable, "-m", "lab_utils.nbgen", "--check"], cwd=repo,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lab_utils.nbgen", "--check"], cwd=repo, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
 
 

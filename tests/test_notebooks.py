@@ -38,8 +38,9 @@ SKIP_SERVERS = {"RUN_VLLM": False, "RUN_REAL": False}
 
 
 def _grade(path: Path, out: Path, parameters: dict, seed: int) -> tuple:
-    grader = Grader(out, timeout=NOTEBOOK_TIMEOUT, memory_mb=16384, parameters=parameters, seed=seed,
-                    keep_answers=True)
+    grader = Grader(
+        out, timeout=NOTEBOOK_TIMEOUT, memory_mb=16384, parameters=parameters, seed=seed, keep_answers=True
+    )
     try:
         return grader.grade(Job("ci", path.name[:2], path))
     finally:
@@ -69,8 +70,7 @@ def solution_run(tmp_path_factory):
 
 def _last_student_cell_ran(out: Path, name: str) -> bool:
     nb = nbformat.read(str(out / "executed" / "ci" / name), as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"
-            and "grader-probe" not in c.metadata.get("tags", [])]
+    code = [c for c in nb.cells if c.cell_type == "code" and "grader-probe" not in c.metadata.get("tags", [])]
     return code[-1].execution_count is not None
 
 

@@ -25,6 +25,7 @@ OTHER_SEED = 29
 
 # --- reference answers ------------------------------------------------------------------------
 
+
 def kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes):
     return 2 * num_layers * num_kv_heads * head_dim * dtype_bytes
 
@@ -66,39 +67,54 @@ def lab01_answers(seed: int) -> dict:
     s = lab_scenario("01", seed)
     spec, gpu = ModelSpec(**s["model"]), GPUS[s["gpu"]]
     nbytes = {"float32": 4, "bfloat16": 2, "fp8": 1}
-    total = (weight_bytes(spec, s["weights"]) + s["concurrent_requests"] * s["context_tokens"] *
-             kv_bytes_per_token(spec.num_layers, spec.num_kv_heads, spec.head_dim, nbytes[s["kv_cache_dtype"]])) / GiB
+    total = (
+        weight_bytes(spec, s["weights"])
+        + s["concurrent_requests"]
+        * s["context_tokens"]
+        * kv_bytes_per_token(spec.num_layers, spec.num_kv_heads, spec.head_dim, nbytes[s["kv_cache_dtype"]])
+    ) / GiB
     usable = s["gpu_memory_utilization"] * gpu.memory_bytes / GiB - s["reserve_gib"]
     v = s["vllm"]
     return {
         "kv_bytes_per_token": kv_bytes_per_token,
         "vllm_capacity": vllm_capacity,
-        "predicted_vllm": vllm_capacity(v["kv_cache_gib"] * GiB, kv_bytes_per_token(30, 3, 64, nbytes[v["dtype"]]),
-                                        v["block_size"], v["max_model_len"]),
+        "predicted_vllm": vllm_capacity(
+            v["kv_cache_gib"] * GiB,
+            kv_bytes_per_token(30, 3, 64, nbytes[v["dtype"]]),
+            v["block_size"],
+            v["max_model_len"],
+        ),
         "parallel_plan": parallel_plan,
-        "scenario_plan": parallel_plan(total, usable, spec.num_attention_heads, spec.num_kv_heads,
-                                       s["gpus_per_node"]),
+        "scenario_plan": parallel_plan(
+            total, usable, spec.num_attention_heads, spec.num_kv_heads, s["gpus_per_node"]
+        ),
         "decode_step": decode_step,
         "expected_tokens_per_pass": expected_tokens_per_pass,
-        "scenario_spec_speedup": expected_tokens_per_pass(s["spec_alpha"], s["spec_k"]) /
-        (1 + s["spec_k"] * s["draft_cost_ratio"]),
+        "scenario_spec_speedup": expected_tokens_per_pass(s["spec_alpha"], s["spec_k"])
+        / (1 + s["spec_k"] * s["draft_cost_ratio"]),
         "prefill_ttft_s": prefill_ttft_s,
-        "scenario_ttft_s": prefill_ttft_s(spec.num_params, s["prompt_tokens"], gpu.bf16_tflops, s["mfu"],
-                                          *s["ttft_parallel"]),
+        "scenario_ttft_s": prefill_ttft_s(
+            spec.num_params, s["prompt_tokens"], gpu.bf16_tflops, s["mfu"], *s["ttft_parallel"]
+        ),
     }
 
 
 def queries_per_kv_head(config):
-    return config["num_attention_heads"] // (config.get("num_key_value_heads") or config["num_attention_heads"])
+    return config["num_attention_heads"] // (
+        config.get("num_key_value_heads") or config["num_attention_heads"]
+    )
 
 
 def count_chat_tokens(tokenizer, messages):
-    return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                             return_dict=True)["input_ids"])
+    return len(
+        tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)[
+            "input_ids"
+        ]
+    )
 
 
 def new_text(tokenizer, prompt_ids, output_ids):
-    return tokenizer.decode(output_ids[len(prompt_ids):], skip_special_tokens=True)
+    return tokenizer.decode(output_ids[len(prompt_ids) :], skip_special_tokens=True)
 
 
 _BANDWIDTH = []
@@ -121,7 +137,7 @@ def _weight_bytes_from_file() -> int:
 
     raw = (Path(course_model_path()) / "model.safetensors").read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     return sum(e["data_offsets"][1] - e["data_offsets"][0] for k, e in header.items() if k != "__metadata__")
 
 
@@ -155,12 +171,15 @@ def lab00_answers(seed: int) -> dict:
 
 WRONG = {
     "00.queries_per_kv_head": {"queries_per_kv_head": lambda c: c.get("num_key_value_heads", 1)},
-    "00.count_chat_tokens": {"count_chat_tokens": lambda tok, m: sum(len(tok(x["content"])["input_ids"]) for x in m)},
+    "00.count_chat_tokens": {
+        "count_chat_tokens": lambda tok, m: sum(len(tok(x["content"])["input_ids"]) for x in m)
+    },
     "00.new_text": {"new_text": lambda tok, p, o: tok.decode(o, skip_special_tokens=True)},
     "00.decode_prediction": {"predicted_tokens_per_s": 1e6},
     "01.kv_bytes_per_token": {"kv_bytes_per_token": lambda L, H, D, B: L * H * D * B},
-    "01.vllm_capacity": {"vllm_capacity": lambda kv, t, b, m: (None if kv // (b * t) < -(-m // b)
-                                                                 else (kv // t, kv // t / m))},
+    "01.vllm_capacity": {
+        "vllm_capacity": lambda kv, t, b, m: (None if kv // (b * t) < -(-m // b) else (kv // t, kv // t / m))
+    },
     "01.parallel_plan": {"parallel_plan": lambda total, usable, h, kv, n=8: (max(1, int(total / usable)), 1)},
     "01.decode_roofline": {"decode_step": lambda b, w, kv, f, bw, pk: (b * bw / (w + b * kv), "memory")},
     "01.spec_decode": {"expected_tokens_per_pass": lambda a, k: 1 + a * k},
@@ -176,16 +195,18 @@ def _spec_for_bytes_per_token(per_token: int):
 
 
 def _forbidden_cases():
+    import importlib
+
     from lab_utils.drills import calc
     from lab_utils.memory import kv as memkv
-    import importlib
 
     memrec = importlib.import_module("lab_utils.memory.recommend")
     from lab_utils.memory.spec import ModelSpec
 
     def kv_wrapped(L, H, D, B):
-        return memkv.kv_cache_bytes_per_token(ModelSpec("x", L, H * D, H, H, D, 1, 1), {1: "fp8", 2: "bfloat16",
-                                                                                       4: "float32"}[B])
+        return memkv.kv_cache_bytes_per_token(
+            ModelSpec("x", L, H * D, H, H, D, 1, 1), {1: "fp8", 2: "bfloat16", 4: "float32"}[B]
+        )
 
     def cap_wrapped(kv, per_token, block, max_len):
         r = memkv.vllm_kv_cache_report(kv, _spec_for_bytes_per_token(per_token), "fp8", block, max_len)
@@ -203,10 +224,16 @@ def _forbidden_cases():
         "01.vllm_capacity": ("vllm_capacity", memkv.vllm_kv_cache_report, cap_wrapped),
         "01.parallel_plan": ("parallel_plan", calc.gpus_needed, plan_wrapped),
         "01.decode_roofline": ("decode_step", memrec.decode_tokens_per_s, decode_wrapped),
-        "01.spec_decode": ("expected_tokens_per_pass", calc.spec_expected_tokens,
-                           lambda a, k: calc.spec_expected_tokens(a, k)),
-        "01.prefill_ttft": ("prefill_ttft_s", calc.prefill_ttft_s,
-                            lambda n, p, t, m, tp, pp: calc.prefill_ttft_s(n, p, t, m, tp)),
+        "01.spec_decode": (
+            "expected_tokens_per_pass",
+            calc.spec_expected_tokens,
+            lambda a, k: calc.spec_expected_tokens(a, k),
+        ),
+        "01.prefill_ttft": (
+            "prefill_ttft_s",
+            calc.prefill_ttft_s,
+            lambda n, p, t, m, tp, pp: calc.prefill_ttft_s(n, p, t, m, tp),
+        ),
         "00.decode_prediction": ("predicted_tokens_per_s", calc.batch1_decode_tokens_per_s, None),
     }
 
@@ -230,9 +257,20 @@ ALL = _ids(LAB01, False) + _ids(LAB00, True)
 
 
 def test_question_sets():
-    assert set(LAB01) == {"01.kv_bytes_per_token", "01.vllm_capacity", "01.parallel_plan", "01.decode_roofline",
-                          "01.spec_decode", "01.prefill_ttft"}
-    assert set(LAB00) == {"00.queries_per_kv_head", "00.count_chat_tokens", "00.new_text", "00.decode_prediction"}
+    assert set(LAB01) == {
+        "01.kv_bytes_per_token",
+        "01.vllm_capacity",
+        "01.parallel_plan",
+        "01.decode_roofline",
+        "01.spec_decode",
+        "01.prefill_ttft",
+    }
+    assert set(LAB00) == {
+        "00.queries_per_kv_head",
+        "00.count_chat_tokens",
+        "00.new_text",
+        "00.decode_prediction",
+    }
     for lab in ("00", "01"):
         qs = questions_for(lab)
         assert all(q.hidden is not None for q in qs)
@@ -263,8 +301,9 @@ def test_none_scores_zero(qid):
         assert score_graded(q, {**good, name: None}, seed=SEEDS[0]).earned == 0, name
 
 
-@pytest.mark.parametrize("qid", [q for q in LAB01 if get(q).forbid] +
-                         [pytest.param(q, marks=slow) for q in LAB00 if get(q).forbid])
+@pytest.mark.parametrize(
+    "qid", [q for q in LAB01 if get(q).forbid] + [pytest.param(q, marks=slow) for q in LAB00 if get(q).forbid]
+)
 def test_forbidden_reference_scores_zero(qid):
     q = get(qid)
     name, ref, wrapper = _forbidden_cases()[qid]

@@ -20,6 +20,7 @@ SEEDS = (3, 11)
 
 # --- lab 02: solution-like answers ---------------------------------------------------------------
 
+
 def contiguous_waste(workload):
     reserved = sum(r.prompt_len + r.max_tokens for r in workload)
     return sum(r.max_tokens - r.output_len for r in workload) / reserved
@@ -101,7 +102,7 @@ def cached_prefix_blocks(token_ids, block_size, cached):
 
     hits, parent = [], None
     for i in range((len(token_ids) - 1) // block_size if token_ids else 0):
-        parent = hash_block_tokens(parent, token_ids[i * block_size:(i + 1) * block_size])
+        parent = hash_block_tokens(parent, token_ids[i * block_size : (i + 1) * block_size])
         if parent not in cached:
             break
         hits.append(cached[parent])
@@ -109,8 +110,10 @@ def cached_prefix_blocks(token_ids, block_size, cached):
 
 
 def max_concurrent(prompt_len, output_len, max_tokens, capacity_tokens, block_size):
-    return (capacity_tokens // (prompt_len + max_tokens),
-            (capacity_tokens // block_size) // -(-(prompt_len + output_len) // block_size))
+    return (
+        capacity_tokens // (prompt_len + max_tokens),
+        (capacity_tokens // block_size) // -(-(prompt_len + output_len) // block_size),
+    )
 
 
 def predicted_prefix_hits(shared, n, block_size):
@@ -120,14 +123,19 @@ def predicted_prefix_hits(shared, n, block_size):
 def lab02_answers(seed: int) -> dict:
     s = lab_scenario("02", seed)
     return {
-        "contiguous_waste": contiguous_waste, "PagedBlockManager": PagedBlockManager,
-        "ForkingBlockManager": ForkingBlockManager, "cached_prefix_blocks": cached_prefix_blocks,
-        "max_concurrent": max_concurrent, "predicted_prefix_hits": predicted_prefix_hits,
-        "PREDICTED_BLOCKS_SAVED": (len(s["user_tokens"]) - 1) * (s["system_prompt_tokens"] // s["block_size"]),
+        "contiguous_waste": contiguous_waste,
+        "PagedBlockManager": PagedBlockManager,
+        "ForkingBlockManager": ForkingBlockManager,
+        "cached_prefix_blocks": cached_prefix_blocks,
+        "max_concurrent": max_concurrent,
+        "predicted_prefix_hits": predicted_prefix_hits,
+        "PREDICTED_BLOCKS_SAVED": (len(s["user_tokens"]) - 1)
+        * (s["system_prompt_tokens"] // s["block_size"]),
     }
 
 
 # --- lab 03: solution-like answers ---------------------------------------------------------------
+
 
 def static_slot_utilisation(lens):
     return sum(lens) / (len(lens) * max(lens))
@@ -215,8 +223,9 @@ def _batcher_choice(s: dict) -> tuple[int, list[int]]:
     from lab_utils.grading.questions.lab03 import TRITON_GRID, batcher_outcome
 
     outcomes = [(batcher_outcome(s, d, p), p, d) for p, d in TRITON_GRID]
-    (_, _), p, d = min(((o, p, d) for o, p, d in outcomes if o[1] >= s["triton_min_mean_batch"]),
-                       key=lambda t: t[0][0])
+    (_, _), p, d = min(
+        ((o, p, d) for o, p, d in outcomes if o[1] >= s["triton_min_mean_batch"]), key=lambda t: t[0][0]
+    )
     return d, list(p)
 
 
@@ -237,10 +246,13 @@ def lab03_answers(seed: int) -> dict:
         "RATIO_SHORT_QUEUE_REQUESTS": ((B - 1) * (L // S) + 1) / B,
         "RATIO_SHORT_QUEUE_TOKENS": B * L / sum(lens),
         "PREDICTED_NO_QUEUE_GAIN": gain,
-        "MEASURED_GAIN": measure_batching_gain(fixed_workload([P] * B, lens), B,
-                                               StepCostModel(fixed_s=f / 1e3, per_token_s=p / 1e3)),
-        "my_schedule": my_schedule, "goodput_rps": goodput_rps,
-        "MAX_QUEUE_DELAY_US": delay, "PREFERRED_BATCH_SIZE": preferred,
+        "MEASURED_GAIN": measure_batching_gain(
+            fixed_workload([P] * B, lens), B, StepCostModel(fixed_s=f / 1e3, per_token_s=p / 1e3)
+        ),
+        "my_schedule": my_schedule,
+        "goodput_rps": goodput_rps,
+        "MAX_QUEUE_DELAY_US": delay,
+        "PREFERRED_BATCH_SIZE": preferred,
         "relative_error": relative_error,
     }
 
@@ -254,6 +266,7 @@ def _total(lab: str, answers: dict, seed: int) -> tuple[float, float]:
 
 
 # --- full marks under two seeds ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("lab", ["02", "03"])
 @pytest.mark.parametrize("seed", SEEDS)
@@ -278,6 +291,7 @@ def test_scenarios_differ_between_seeds():
 
 # --- wrong but plausible -------------------------------------------------------------------------
 
+
 def _graded(qid: str, answers: dict, seed: int = SEEDS[0]):
     from lab_utils.grading import get
 
@@ -287,8 +301,17 @@ def _graded(qid: str, answers: dict, seed: int = SEEDS[0]):
 def test_wrong_but_plausible_answers_fail():
     a2, a3 = lab02_answers(SEEDS[0]), lab03_answers(SEEDS[0])
     # waste counted over the tokens still to come, not over the slab
-    assert _graded("02.contiguous_waste", {**a2, "contiguous_waste": lambda wl: sum(
-        r.max_tokens - r.output_len for r in wl) / sum(r.max_tokens for r in wl)}).earned == 0
+    assert (
+        _graded(
+            "02.contiguous_waste",
+            {
+                **a2,
+                "contiguous_waste": lambda wl: sum(r.max_tokens - r.output_len for r in wl)
+                / sum(r.max_tokens for r in wl),
+            },
+        ).earned
+        == 0
+    )
 
     class FrontFree(PagedBlockManager):  # freed blocks rejoin the front (LIFO reuse)
         def free(self, request_id):
@@ -297,17 +320,20 @@ def test_wrong_but_plausible_answers_fail():
                 if self.ref_cnt[b] == 0:
                     self.free_queue.appendleft(b)
             del self.num_tokens[request_id]
+
     assert _graded("02.free", {"PagedBlockManager": FrontFree}).earned == 0
 
     def unchained(token_ids, block_size, cached):  # looks every block up, not the chain
         from lab_utils.kv import hash_block_tokens
+
         hits = []
         for i in range((len(token_ids) - 1) // block_size):
-            h = hash_block_tokens(None, token_ids[i * block_size:(i + 1) * block_size])
+            h = hash_block_tokens(None, token_ids[i * block_size : (i + 1) * block_size])
             if h not in cached:
                 break
             hits.append(cached[h])
         return hits
+
     assert _graded("02.prefix_lookup", {"cached_prefix_blocks": unchained}).earned < 3
 
     # every user saves the whole system prompt, partial block included
@@ -319,14 +345,28 @@ def test_wrong_but_plausible_answers_fail():
     # padding rows treated as free: the "no queue" gain of 1x
     assert _graded("03.predict_gain", {"PREDICTED_NO_QUEUE_GAIN": 1.0}, SEEDS[0]).earned == 0
     assert _graded("03.continuous_step", {"my_schedule": decodes_first_schedule}).earned < 4
-    assert _graded("03.static_utilisation", {"static_slot_utilisation": lambda lens: sum(lens) / (
-        len(lens) * (max(lens) + 1))}).earned == 0
-    assert _graded("03.goodput", {"goodput_rps": lambda reqs, t, p: sum(
-        1 for a, f, e, n in reqs if f - a <= t) / (max(r[2] for r in reqs) - min(r[0] for r in reqs))}).earned < 2
+    assert (
+        _graded(
+            "03.static_utilisation",
+            {"static_slot_utilisation": lambda lens: sum(lens) / (len(lens) * (max(lens) + 1))},
+        ).earned
+        == 0
+    )
+    assert (
+        _graded(
+            "03.goodput",
+            {
+                "goodput_rps": lambda reqs, t, p: sum(1 for a, f, e, n in reqs if f - a <= t)
+                / (max(r[2] for r in reqs) - min(r[0] for r in reqs))
+            },
+        ).earned
+        < 2
+    )
     assert a3  # built without error
 
 
 # --- lookup tables of the public cases -----------------------------------------------------------
+
 
 @pytest.mark.parametrize("lab", ["02", "03"])
 def test_lookup_tables_of_public_cases_fail_hidden(lab):
@@ -348,6 +388,7 @@ def test_memorised_submission_scores_at_most_a_quarter(lab):
 
 
 # --- known bypasses --------------------------------------------------------------------------------
+
 
 def test_reference_schedule_under_the_answers_name_scores_zero():
     from lab_utils.sim import reference_schedule

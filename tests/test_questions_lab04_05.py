@@ -43,14 +43,21 @@ def earned(qid: str, answers: dict, seed: int) -> float:
 
 
 FUNCTION_QUESTIONS = {
-    "04.slot_for": "slot_for", "04.kv_capacity_tokens": "kv_capacity_tokens", "04.my_schedule": "my_schedule",
-    "05.texts_of": "texts_of", "05.client_kwargs": "client_kwargs", "05.kv_cache_tokens": "kv_cache_tokens",
-    "05.max_model_len_limit": "max_model_len_limit", "05.gauge_value": "gauge_value", "05.p50_p95": "p50_p95",
+    "04.slot_for": "slot_for",
+    "04.kv_capacity_tokens": "kv_capacity_tokens",
+    "04.my_schedule": "my_schedule",
+    "05.texts_of": "texts_of",
+    "05.client_kwargs": "client_kwargs",
+    "05.kv_cache_tokens": "kv_cache_tokens",
+    "05.max_model_len_limit": "max_model_len_limit",
+    "05.gauge_value": "gauge_value",
+    "05.p50_p95": "p50_p95",
 }
 VALUE_QUESTIONS = ["04.blocks_needed", "05.flags_for_goal"]
 
 
 # --- the reference answers pass, under two seeds ---------------------------------------------------
+
 
 @pytest.mark.parametrize("qid", sorted(FUNCTION_QUESTIONS) + VALUE_QUESTIONS)
 @pytest.mark.parametrize("seed", SEEDS)
@@ -75,9 +82,10 @@ def test_scenarios_differ_between_seeds():
 
 # --- wrong but plausible answers fail ---------------------------------------------------------------
 
+
 def _wrong_answers() -> dict[str, dict]:
-    ns4, ns5 = solution_namespace("04", SEEDS[0]), solution_namespace("05", SEEDS[0])
-    sc4, sc5 = lab_scenario("04", SEEDS[0]), lab_scenario("05", SEEDS[0])
+    ns5 = solution_namespace("05", SEEDS[0])
+    sc4 = lab_scenario("04", SEEDS[0])
     from lab_utils.sim.scheduler import SchedulerOutput as Plan
 
     def decodes_last(state):  # lab 03's old v0 rule: admit first, then the running ones
@@ -108,23 +116,39 @@ def _wrong_answers() -> dict[str, dict]:
     flags = dict(ns5["chosen_flags"])
     return {
         "04.slot_for": {"slot_for": lambda table, pos, bs: table[pos // bs] + pos % bs},  # forgot * bs
-        "04.kv_capacity_tokens": {"kv_capacity_tokens":  # K only, no rounding to blocks
-                                  lambda g, bs, d, l, h, hd: int(g * 2**30 // (l * h * hd * d))},
-        "04.blocks_needed": {"predicted_blocks":  # counts the last sampled token too
-                             [-(-(p + sc4["max_tokens"]) // sc4["block_size"]) + 1 for p in sc4["prompt_lens"]]},
+        "04.kv_capacity_tokens": {
+            "kv_capacity_tokens":  # K only, no rounding to blocks
+            lambda g, bs, d, l, h, hd: int(g * 2**30 // (l * h * hd * d))
+        },
+        "04.blocks_needed": {
+            "predicted_blocks":  # counts the last sampled token too
+            [-(-(p + sc4["max_tokens"]) // sc4["block_size"]) + 1 for p in sc4["prompt_lens"]]
+        },
         "04.my_schedule": {"my_schedule": decodes_last},
         "05.texts_of": {"texts_of": lambda outs: [o.outputs[-1].text for o in outs]},
-        "05.client_kwargs": {"client_kwargs": lambda url, api_key=None: {"base_url": url + "/v1",
-                                                                         "api_key": api_key or "x"}},
-        "05.kv_cache_tokens": {"kv_cache_tokens":  # no whole blocks
-                               lambda g, l, h, hd, d, bs: int(g * 2**30) // (2 * l * h * hd * d)},
-        "05.max_model_len_limit": {"max_model_len_limit":  # forgets the null block
-                                   lambda kv, per, bs: kv // (per * bs) * bs},
-        "05.gauge_value": {"gauge_value": lambda text, name: next(
-            (float(line.split()[-1]) for line in text.splitlines() if line.startswith(name)), math.nan)},
-        "05.p50_p95": {"p50_p95": lambda xs: (sorted(xs)[len(xs) // 2], sorted(xs)[int(0.95 * (len(xs) - 1))])},
-        "05.flags_for_goal": {"chosen_flags": {**flags, "kv_cache_gib": 1.0},  # far more KV than the goal needs
-                              "predicted_concurrency": ns5["predicted_concurrency"]},
+        "05.client_kwargs": {
+            "client_kwargs": lambda url, api_key=None: {"base_url": url + "/v1", "api_key": api_key or "x"}
+        },
+        "05.kv_cache_tokens": {
+            "kv_cache_tokens":  # no whole blocks
+            lambda g, l, h, hd, d, bs: int(g * 2**30) // (2 * l * h * hd * d)
+        },
+        "05.max_model_len_limit": {
+            "max_model_len_limit":  # forgets the null block
+            lambda kv, per, bs: kv // (per * bs) * bs
+        },
+        "05.gauge_value": {
+            "gauge_value": lambda text, name: next(
+                (float(line.split()[-1]) for line in text.splitlines() if line.startswith(name)), math.nan
+            )
+        },
+        "05.p50_p95": {
+            "p50_p95": lambda xs: (sorted(xs)[len(xs) // 2], sorted(xs)[int(0.95 * (len(xs) - 1))])
+        },
+        "05.flags_for_goal": {
+            "chosen_flags": {**flags, "kv_cache_gib": 1.0},  # far more KV than the goal needs
+            "predicted_concurrency": ns5["predicted_concurrency"],
+        },
     }
 
 
@@ -138,17 +162,25 @@ def test_flags_prediction_must_follow_from_the_flags():
     ns = solution_namespace("05", SEEDS[0])
     ok = {"chosen_flags": ns["chosen_flags"], "predicted_concurrency": ns["predicted_concurrency"]}
     assert earned("05.flags_for_goal", ok, SEEDS[0]) == 3
-    assert earned("05.flags_for_goal", {**ok, "predicted_concurrency": ok["predicted_concurrency"] * 1.2}, SEEDS[0]) == 0
+    assert (
+        earned(
+            "05.flags_for_goal", {**ok, "predicted_concurrency": ok["predicted_concurrency"] * 1.2}, SEEDS[0]
+        )
+        == 0
+    )
 
 
 # --- transcription: lookup tables of the public cases, values typed in from another seed ---------------
+
 
 @pytest.mark.parametrize("qid", sorted(FUNCTION_QUESTIONS))
 def test_a_lookup_table_of_the_public_cases_fails_the_hidden_check(qid):
     lab, name = qid[:2], FUNCTION_QUESTIONS[qid]
     ns = solution_namespace(lab, SEEDS[0])
     fake = memorised_answers(lab, {name: ns[name]})
-    assert score(get(qid), fake).earned == get(qid).points or name == "my_schedule"  # the table passes in public
+    assert (
+        score(get(qid), fake).earned == get(qid).points or name == "my_schedule"
+    )  # the table passes in public
     assert earned(qid, fake, SEEDS[1]) == 0
 
 
@@ -166,14 +198,19 @@ def test_memorised_submission_scores_at_most_a_quarter_under_another_seed(lab):
 
 def _fake_measurements(lab: str) -> dict:
     if lab == "04":
-        return {"tight_run": {"num_preemptions": 3, "free_blocks_after": 9, "num_blocks": 9},
-                "sweep_runs": {1: {"tokens": 32}, 2: {"tokens": 32}, 4: {"tokens": 32}},
-                "throughput": {1: 10.0, 2: 18.0, 4: 30.0}}
-    return {"sweep_results": {1: {"output_tokens_per_s": 20.0}, 4: {"output_tokens_per_s": 50.0}},
-            "sweep_tok_s": {1: 20.0, 4: 50.0}}
+        return {
+            "tight_run": {"num_preemptions": 3, "free_blocks_after": 9, "num_blocks": 9},
+            "sweep_runs": {1: {"tokens": 32}, 2: {"tokens": 32}, 4: {"tokens": 32}},
+            "throughput": {1: 10.0, 2: 18.0, 4: 30.0},
+        }
+    return {
+        "sweep_results": {1: {"output_tokens_per_s": 20.0}, 4: {"output_tokens_per_s": 50.0}},
+        "sweep_tok_s": {1: 20.0, 4: 50.0},
+    }
 
 
 # --- the known bypasses score zero ------------------------------------------------------------------
+
 
 def test_my_schedule_none_scores_zero():
     assert earned("04.my_schedule", {"my_schedule": None}, SEEDS[0]) == 0
@@ -198,15 +235,40 @@ def test_the_lab_never_falls_back_to_another_policy_under_the_answers_name():
     assert "my_schedule = " not in code.replace("def my_schedule", "")
 
 
-@pytest.mark.parametrize("qid,answers", [
-    ("04.preemption", {"tight_run": {"num_preemptions": 2, "outputs_identical": True,
-                                     "free_blocks_after": 14, "num_blocks": 14}}),
-    ("04.throughput_vs_batch", {"sweep_runs": {1: {"tokens_per_s": 9.0}, 4: {"tokens_per_s": 25.0},
-                                               12: {"tokens_per_s": 40.0}},
-                                "throughput": {1: 9.0, 4: 25.0, 12: 40.0}}),
-    ("05.sweep", {"sweep_results": {1: {"output_tokens_per_s": 20.0}, 4: {"output_tokens_per_s": 50.0}},
-                  "sweep_tok_s": {1: 20.0, 4: 50.0}}),
-])
+@pytest.mark.parametrize(
+    "qid,answers",
+    [
+        (
+            "04.preemption",
+            {
+                "tight_run": {
+                    "num_preemptions": 2,
+                    "outputs_identical": True,
+                    "free_blocks_after": 14,
+                    "num_blocks": 14,
+                }
+            },
+        ),
+        (
+            "04.throughput_vs_batch",
+            {
+                "sweep_runs": {
+                    1: {"tokens_per_s": 9.0},
+                    4: {"tokens_per_s": 25.0},
+                    12: {"tokens_per_s": 40.0},
+                },
+                "throughput": {1: 9.0, 4: 25.0, 12: 40.0},
+            },
+        ),
+        (
+            "05.sweep",
+            {
+                "sweep_results": {1: {"output_tokens_per_s": 20.0}, 4: {"output_tokens_per_s": 50.0}},
+                "sweep_tok_s": {1: 20.0, 4: 50.0},
+            },
+        ),
+    ],
+)
 def test_hand_written_measurements_score_zero(qid, answers):
     assert score(get(qid), answers).earned == 0
     assert earned(qid, answers, SEEDS[0]) == 0
@@ -219,12 +281,36 @@ def _fake_engine_run(seed: int, preempt: bool = True, label: str = "tight"):
 
     sc = lab_scenario("04", seed)
     m, bs = sc["max_tokens"], sc["block_size"]
-    steps = [{"step": 1, "schedule_s": 1e-4, "execute_s": 0.01, "update_s": 1e-4, "scheduled": {"0": 5},
-              "blocks": {"0": 2}, "preempted": ["2"] if preempt else [], "num_free_blocks": 0}]
-    return stamp(EngineRun(label=label, settings={"num_blocks": 9, "block_size": bs, "max_num_seqs": 4,
-                                                  "max_num_batched_tokens": 128, "max_model_len": 64},
-                           request_ids=["0", "1", "2"], prompt_lens=list(sc["prompt_lens"]),
-                           output_token_ids=[[7] * m] * 3, wall_s=1.0, steps=steps, free_blocks_after=9))
+    steps = [
+        {
+            "step": 1,
+            "schedule_s": 1e-4,
+            "execute_s": 0.01,
+            "update_s": 1e-4,
+            "scheduled": {"0": 5},
+            "blocks": {"0": 2},
+            "preempted": ["2"] if preempt else [],
+            "num_free_blocks": 0,
+        }
+    ]
+    return stamp(
+        EngineRun(
+            label=label,
+            settings={
+                "num_blocks": 9,
+                "block_size": bs,
+                "max_num_seqs": 4,
+                "max_num_batched_tokens": 128,
+                "max_model_len": 64,
+            },
+            request_ids=["0", "1", "2"],
+            prompt_lens=list(sc["prompt_lens"]),
+            output_token_ids=[[7] * m] * 3,
+            wall_s=1.0,
+            steps=steps,
+            free_blocks_after=9,
+        )
+    )
 
 
 def test_an_edited_or_foreign_stamped_run_scores_zero():
@@ -237,6 +323,7 @@ def test_an_edited_or_foreign_stamped_run_scores_zero():
 
 
 # --- 05.sweep against a small fake OpenAI server (real run_load, real stamps) ------------------------
+
 
 class _Streamer(BaseHTTPRequestHandler):
     def log_message(self, *args):
@@ -271,8 +358,10 @@ def test_sweep_of_stamped_load_results_scores_full_and_edits_score_zero(fake_url
     from lab_utils.clients import run_load
 
     results = {c: run_load(fake_url, "m", ["p"], num_requests=4, concurrency=c, max_tokens=5) for c in (1, 4)}
-    tok_s = {c: sum(r.output_tokens for r in res.records if r.ok) / res.settings["duration_s"]
-             for c, res in results.items()}
+    tok_s = {
+        c: sum(r.output_tokens for r in res.records if r.ok) / res.settings["duration_s"]
+        for c, res in results.items()
+    }
     for seed in SEEDS:
         assert earned("05.sweep", {"sweep_results": results, "sweep_tok_s": tok_s}, seed) == 2
     assert earned("05.sweep", {"sweep_results": results, "sweep_tok_s": {1: 1e6, 4: 1e6}}, SEEDS[0]) == 0
@@ -281,6 +370,7 @@ def test_sweep_of_stamped_load_results_scores_full_and_edits_score_zero(fake_url
 
 
 # --- the model (slow, small) ------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_measured_engine_answers_score_full_under_two_seeds(course_model):
@@ -296,18 +386,35 @@ def test_measured_engine_answers_score_full_under_two_seeds(course_model):
         bs = sc["block_size"]
         longest = max(sc["prompt_lens"]) + sc["max_tokens"]
         blocks = max(sum(-(-p // bs) for p in sc["prompt_lens"]), -(-longest // bs))
-        eng = LLMEngine(course_model, device="cpu", dtype="float32", block_size=bs, num_kv_blocks=blocks,
-                        max_model_len=longest, max_num_seqs=4, max_num_batched_tokens=128,
-                        enable_prefix_caching=False)
+        eng = LLMEngine(
+            course_model,
+            device="cpu",
+            dtype="float32",
+            block_size=bs,
+            num_kv_blocks=blocks,
+            max_model_len=longest,
+            max_num_seqs=4,
+            max_num_batched_tokens=128,
+            enable_prefix_caching=False,
+        )
         run = eng.measure(prompts, params, label="tight")
         assert run.num_preemptions > 0
         assert earned("04.preemption", {"tight_run": run}, seed) == 2
         # a roomy cache holds each request's predicted peak of blocks
-        roomy = LLMEngine(course_model, device="cpu", dtype="float32", block_size=bs, num_kv_blocks=64,
-                          max_num_seqs=4, enable_prefix_caching=False)
+        roomy = LLMEngine(
+            course_model,
+            device="cpu",
+            dtype="float32",
+            block_size=bs,
+            num_kv_blocks=64,
+            max_num_seqs=4,
+            enable_prefix_caching=False,
+        )
         ns = solution_namespace("04", seed)
         assert roomy.measure(prompts, params).peak_blocks() == list(ns["predicted_blocks"])
-    sweep = LLMEngine(course_model, device="cpu", dtype="float32", kv_cache_gib=0.05, enable_prefix_caching=False)
+    sweep = LLMEngine(
+        course_model, device="cpu", dtype="float32", kv_cache_gib=0.05, enable_prefix_caching=False
+    )
     work = [[random.Random(i).randint(300, 49000) for _ in range(16)] for i in range(4)]
     runs = {}
     for b in (1, 2, 4):
@@ -315,4 +422,7 @@ def test_measured_engine_answers_score_full_under_two_seeds(course_model):
         runs[b] = sweep.measure(work, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
     thr = {b: r.output_tokens / r.wall_s for b, r in runs.items()}
     assert earned("04.throughput_vs_batch", {"sweep_runs": runs, "throughput": thr}, SEEDS[0]) == 2
-    assert earned("04.throughput_vs_batch", {"sweep_runs": runs, "throughput": {1: 1, 2: 2, 4: 3}}, SEEDS[0]) == 0
+    assert (
+        earned("04.throughput_vs_batch", {"sweep_runs": runs, "throughput": {1: 1, 2: 2, 4: 3}}, SEEDS[0])
+        == 0
+    )

@@ -13,18 +13,21 @@ from lab_utils.grading.memorise import memorised_answers
 from lab_utils.triton.config import config_from_dict
 from lab_utils.triton.measure import batch_counts
 
-MLP = '''
+MLP = """
 name: "mlp"
 backend: "python"
 max_batch_size: 16
 input [ { name: "x", data_type: TYPE_FP32, dims: [ 16 ] } ]
 output [ { name: "y", data_type: TYPE_FP32, dims: [ 16 ] } ]
-'''
+"""
 
 
 def batching_config(preferred, delay_us):
     sizes = ", ".join(str(int(b)) for b in preferred)
-    return MLP + f"dynamic_batching {{ preferred_batch_size: [ {sizes} ] max_queue_delay_microseconds: {int(delay_us)} }}"
+    return (
+        MLP
+        + f"dynamic_batching {{ preferred_batch_size: [ {sizes} ] max_queue_delay_microseconds: {int(delay_us)} }}"
+    )
 
 
 def served_versions(on_disk, policy):
@@ -33,7 +36,7 @@ def served_versions(on_disk, policy):
         return versions
     if "specific" in policy:
         return [v for v in versions if v in set(policy["specific"]["versions"])]
-    return versions[-int(policy.get("latest", {}).get("num_versions", 1)):]
+    return versions[-int(policy.get("latest", {}).get("num_versions", 1)) :]
 
 
 def ensemble_config(name, models):
@@ -42,14 +45,25 @@ def ensemble_config(name, models):
         for t, d in m["inputs"].items():
             if t not in produced:
                 inputs.setdefault(t, d)
-        steps.append({"model_name": m["name"], "model_version": -1,
-                      "input_map": {t: t for t in m["inputs"]}, "output_map": {t: t for t in m["outputs"]}})
+        steps.append(
+            {
+                "model_name": m["name"],
+                "model_version": -1,
+                "input_map": {t: t for t in m["inputs"]},
+                "output_map": {t: t for t in m["outputs"]},
+            }
+        )
         produced.update(m["outputs"])
-    return config_from_dict({
-        "name": name, "platform": "ensemble", "max_batch_size": 0,
-        "input": [{"name": t, "data_type": d, "dims": [-1]} for t, d in inputs.items()],
-        "output": [{"name": t, "data_type": d, "dims": [-1]} for t, d in models[-1]["outputs"].items()],
-        "ensemble_scheduling": {"step": steps}})
+    return config_from_dict(
+        {
+            "name": name,
+            "platform": "ensemble",
+            "max_batch_size": 0,
+            "input": [{"name": t, "data_type": d, "dims": [-1]} for t, d in inputs.items()],
+            "output": [{"name": t, "data_type": d, "dims": [-1]} for t, d in models[-1]["outputs"].items()],
+            "ensemble_scheduling": {"step": steps},
+        }
+    )
 
 
 def extra_tensor_bytes(p, n, b=8):
@@ -73,10 +87,19 @@ def trtllm_kv_tokens(gpu, weights, act, fraction, kv, max_tokens=None):
 
 
 def _stats(inferences, executions, sizes):
-    return {"model_stats": [{"name": "mlp", "version": "1", "inference_count": inferences,
-                             "execution_count": executions,
-                             "batch_stats": [{"batch_size": b, "compute_infer": {"count": n, "ns": 1000 * n}}
-                                             for b, n in sizes.items()]}]}
+    return {
+        "model_stats": [
+            {
+                "name": "mlp",
+                "version": "1",
+                "inference_count": inferences,
+                "execution_count": executions,
+                "batch_stats": [
+                    {"batch_size": b, "compute_infer": {"count": n, "ns": 1000 * n}} for b, n in sizes.items()
+                ],
+            }
+        ]
+    }
 
 
 def measured(scenario):
@@ -91,11 +114,17 @@ def measured(scenario):
 def answers(seed):
     s = lab_scenario("07", seed)
     counts = measured(s)
-    return {"batching_config": batching_config, "served_versions": served_versions,
-            "ensemble_config": ensemble_config, "extra_tensor_bytes": extra_tensor_bytes,
-            "pending_requests": pending_requests, "trtllm_kv_tokens": trtllm_kv_tokens,
-            "predicted_avg_batch": min(s["concurrency"], s["preferred_batch_size"]),
-            "BATCHING_RESULT": counts, "measured_avg_batch": counts.inference_count / counts.execution_count}
+    return {
+        "batching_config": batching_config,
+        "served_versions": served_versions,
+        "ensemble_config": ensemble_config,
+        "extra_tensor_bytes": extra_tensor_bytes,
+        "pending_requests": pending_requests,
+        "trtllm_kv_tokens": trtllm_kv_tokens,
+        "predicted_avg_batch": min(s["concurrency"], s["preferred_batch_size"]),
+        "BATCHING_RESULT": counts,
+        "measured_avg_batch": counts.inference_count / counts.execution_count,
+    }
 
 
 @pytest.mark.parametrize("seed", [3, 1234567])
@@ -111,8 +140,11 @@ def test_the_references_in_lab_utils_score_zero():
 
     a = answers(3)
     a["ensemble_config"] = recipes.ensemble_config
-    a["batching_config"] = lambda preferred, delay: config_from_dict(recipes.mlp_config(
-        dynamic_batching={"preferred_batch_size": preferred, "max_queue_delay_microseconds": delay}))
+    a["batching_config"] = lambda preferred, delay: config_from_dict(
+        recipes.mlp_config(
+            dynamic_batching={"preferred_batch_size": preferred, "max_queue_delay_microseconds": delay}
+        )
+    )
     for qid in ("07.ensemble_config", "07.batching_config"):
         r = score_graded(get(qid), a, 3)
         assert r.earned == 0, r
@@ -121,8 +153,11 @@ def test_the_references_in_lab_utils_score_zero():
 def test_a_hand_written_measurement_scores_zero():
     a = answers(3)
     c = a["BATCHING_RESULT"]
-    a["BATCHING_RESULT"] = {"inferences": c.inference_count, "executions": c.execution_count,
-                            "histogram": dict(c.batch_sizes)}
+    a["BATCHING_RESULT"] = {
+        "inferences": c.inference_count,
+        "executions": c.execution_count,
+        "histogram": dict(c.batch_sizes),
+    }
     assert score_graded(get("07.batching_measured"), a, 3).earned == 0
     from lab_utils.triton.measure import BatchCounts
 

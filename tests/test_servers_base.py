@@ -14,8 +14,13 @@ from lab_utils.servers.base import port_in_use
 
 
 def http_server(**kw) -> ServerProcess:
-    return ServerProcess("http", [sys.executable, "-m", "http.server", "{port}", "--bind", "{host}"],
-                         health_path="/", startup_timeout=30, **kw)
+    return ServerProcess(
+        "http",
+        [sys.executable, "-m", "http.server", "{port}", "--bind", "{host}"],
+        health_path="/",
+        startup_timeout=30,
+        **kw,
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -40,8 +45,12 @@ def test_context_manager_starts_binds_loopback_and_stops():
 
 
 def test_start_failure_raises_with_log_tail():
-    srv = ServerProcess("broken", [sys.executable, "-c", "import sys; print('boom: bad flag --nope'); sys.exit(3)"],
-                        health_path="/", startup_timeout=20)
+    srv = ServerProcess(
+        "broken",
+        [sys.executable, "-c", "import sys; print('boom: bad flag --nope'); sys.exit(3)"],
+        health_path="/",
+        startup_timeout=20,
+    )
     with pytest.raises(ServerStartError) as info:
         srv.start()
     assert "exited with code 3" in str(info.value)
@@ -50,8 +59,12 @@ def test_start_failure_raises_with_log_tail():
 
 
 def test_health_timeout_kills_the_process():
-    srv = ServerProcess("silent", [sys.executable, "-c", "import time; print('waiting'); time.sleep(60)"],
-                        health_path="/", startup_timeout=1.5)
+    srv = ServerProcess(
+        "silent",
+        [sys.executable, "-c", "import time; print('waiting'); time.sleep(60)"],
+        health_path="/",
+        startup_timeout=1.5,
+    )
     t0 = time.monotonic()
     with pytest.raises(ServerStartError, match="not healthy after"):
         srv.start()
@@ -69,12 +82,16 @@ def test_port_in_use_is_reported_clearly():
 
 
 def test_stop_kills_a_process_that_ignores_sigterm_and_its_children():
-    code = ("import signal, subprocess, sys, time, http.server, socketserver\n"
-            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
-            "print('child', child.pid, flush=True)\n"
-            "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()\n")
-    srv = ServerProcess("stubborn", [sys.executable, "-c", code, "{port}"], health_path="/", startup_timeout=30)
+    code = (
+        "import signal, subprocess, sys, time, http.server, socketserver\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        "print('child', child.pid, flush=True)\n"
+        "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()\n"
+    )
+    srv = ServerProcess(
+        "stubborn", [sys.executable, "-c", code, "{port}"], health_path="/", startup_timeout=30
+    )
     srv.start()
     child = int(srv.log_text().split("child ")[1].split()[0])
     t0 = time.monotonic()
@@ -94,9 +111,17 @@ def test_stop_all_at_exit_leaves_nothing(tmp_path):
     )
     import subprocess
 
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
-                         cwd=str(tmp_path), env={**__import__("os").environ,
-                                                 "PYTHONPATH": str(__import__("pathlib").Path(__file__).resolve().parent.parent)})
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(tmp_path),
+        env={
+            **__import__("os").environ,
+            "PYTHONPATH": str(__import__("pathlib").Path(__file__).resolve().parent.parent),
+        },
+    )
     pid = int(out.stdout.strip().splitlines()[-1])
     time.sleep(0.5)
     assert not _alive(pid)

@@ -20,15 +20,39 @@ CPU_BLOCK_SIZE = 128
 
 # -- command line (no server) ------------------------------------------------------------------
 
+
 def test_cpu_argv_whole_gib_uses_the_env_var(tmp_path):
-    srv = VLLMServer(tmp_path, kv_cache_gib=2, backend="cpu", port=8123, max_model_len=2048,
-                     served_model_name="smol", api_key="k", extra_args=["--max-num-seqs", "4"])
+    srv = VLLMServer(
+        tmp_path,
+        kv_cache_gib=2,
+        backend="cpu",
+        port=8123,
+        max_model_len=2048,
+        served_model_name="smol",
+        api_key="k",
+        extra_args=["--max-num-seqs", "4"],
+    )
     assert srv.argv[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp_path)]
     assert srv.env == {"VLLM_CPU_KVCACHE_SPACE": "2"}
     assert "--kv-cache-memory-bytes" not in srv.argv
     tail = srv.argv[5:]
-    assert tail == ["--host", "127.0.0.1", "--port", "8123", "--dtype", "float32", "--max-model-len", "2048",
-                    "--enforce-eager", "--served-model-name", "smol", "--api-key", "k", "--max-num-seqs", "4"]
+    assert tail == [
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "2048",
+        "--enforce-eager",
+        "--served-model-name",
+        "smol",
+        "--api-key",
+        "k",
+        "--max-num-seqs",
+        "4",
+    ]
     assert srv.url == "http://127.0.0.1:8123" and srv.base_url == "http://127.0.0.1:8123/v1"
     assert srv.model_name == "smol" and srv.api_key == "k" and srv.requires_key
     assert srv.client_kwargs() == {"base_url": "http://127.0.0.1:8123/v1", "api_key": "k"}
@@ -56,14 +80,17 @@ def test_gpu_argv_uses_vllm_serve(tmp_path, monkeypatch):
     assert "--dtype" not in srv.argv and "VLLM_CPU_KVCACHE_SPACE" not in (srv.env or {})
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"kv_cache_gib": 0}, "kv_cache_gib"),
-    ({"kv_cache_gib": float("nan")}, "kv_cache_gib"),
-    ({"max_model_len": 0}, "max_model_len"),
-    ({"max_model_len": 10.5}, "max_model_len"),
-    ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
-    ({"backend": "tpu"}, "BACKEND"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"kv_cache_gib": 0}, "kv_cache_gib"),
+        ({"kv_cache_gib": float("nan")}, "kv_cache_gib"),
+        ({"max_model_len": 0}, "max_model_len"),
+        ({"max_model_len": 10.5}, "max_model_len"),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
+        ({"backend": "tpu"}, "BACKEND"),
+    ],
+)
 def test_bad_settings_fail_where_they_are_set(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         VLLMServer(tmp_path, **kwargs)
@@ -76,41 +103,57 @@ def test_extra_args_must_be_a_list(tmp_path):
 
 # -- start-up log ------------------------------------------------------------------------------
 
+
 def test_parse_real_startup_log():
     info = parse_startup_log((DATA / "vllm_startup_cpu.log").read_text())
     # 1 GiB of float32 KV: floor(2**30 / (46,080 B * 128)) = 182 blocks of 128 tokens
-    assert info.kv_cache_tokens == (2**30 // (KV_BYTES_PER_TOKEN_FP32 * CPU_BLOCK_SIZE)) * CPU_BLOCK_SIZE == 23296
+    assert (
+        info.kv_cache_tokens
+        == (2**30 // (KV_BYTES_PER_TOKEN_FP32 * CPU_BLOCK_SIZE)) * CPU_BLOCK_SIZE
+        == 23296
+    )
     assert info.max_concurrency == 2.84 and info.max_model_len == 8192 and info.device == "CPU"
     assert info.kv_cache_blocks == 182
 
 
 def test_parse_gpu_style_line_and_nothing():
-    info = parse_startup_log("INFO [kv_cache_utils.py:1] GPU KV cache size: 1,234,560 tokens, "
-                             "Maximum concurrency for 131,072 tokens per request: 9.42x")
-    assert (info.kv_cache_tokens, info.max_concurrency, info.max_model_len, info.device) == \
-        (1234560, 9.42, 131072, "GPU")
+    info = parse_startup_log(
+        "INFO [kv_cache_utils.py:1] GPU KV cache size: 1,234,560 tokens, "
+        "Maximum concurrency for 131,072 tokens per request: 9.42x"
+    )
+    assert (info.kv_cache_tokens, info.max_concurrency, info.max_model_len, info.device) == (
+        1234560,
+        9.42,
+        131072,
+        "GPU",
+    )
     empty = parse_startup_log("nothing here\n")
     assert empty.kv_cache_tokens is None and empty.max_concurrency is None and empty.kv_cache_blocks is None
 
 
 def test_refusal_message_finds_the_root_cause():
-    log = "\n".join([
-        "(EngineCore pid=1) ERROR 11-30 [core.py:1] EngineCore failed to start.",
-        "(EngineCore pid=1) ERROR 11-30 [core.py:1] ValueError: To serve at least one request with the "
-        "model's max seq len (8192), (0.35 GiB KV cache is needed, which is larger than the available KV "
-        "cache memory (0.05 GiB). Based on the available memory, the estimated maximum model length is "
-        "1024. Try increasing `gpu_memory_utilization`. See https://docs.vllm.ai/x for more details.",
-        "RuntimeError: Engine core initialization failed. See root cause above.",
-    ])
+    log = "\n".join(
+        [
+            "(EngineCore pid=1) ERROR 11-30 [core.py:1] EngineCore failed to start.",
+            "(EngineCore pid=1) ERROR 11-30 [core.py:1] ValueError: To serve at least one request with the "
+            "model's max seq len (8192), (0.35 GiB KV cache is needed, which is larger than the available KV "
+            "cache memory (0.05 GiB). Based on the available memory, the estimated maximum model length is "
+            "1024. Try increasing `gpu_memory_utilization`. See https://docs.vllm.ai/x for more details.",
+            "RuntimeError: Engine core initialization failed. See root cause above.",
+        ]
+    )
     msg = refusal_message(log)
     assert msg.startswith("To serve at least one request with the model's max seq len (8192)")
     assert "estimated maximum model length is 1024" in msg and "See https" not in msg
-    assert refusal_message("api_server.py: error: unrecognized arguments: --bogus") == \
-        "error: unrecognized arguments: --bogus"
+    assert (
+        refusal_message("api_server.py: error: unrecognized arguments: --bogus")
+        == "error: unrecognized arguments: --bogus"
+    )
     assert refusal_message("all fine\n") is None
 
 
 # -- the real server (slow) --------------------------------------------------------------------
+
 
 def _pids_of_group(pid: int) -> list[int]:
     import psutil
@@ -165,8 +208,15 @@ def test_32_concurrent_streams_without_errors(server):
     from lab_utils.clients import run_load
 
     prompts = [f"Count from {i} to {i + 20}:" for i in range(32)]
-    res = run_load(server.base_url, server.model_name, prompts, concurrency=32, max_tokens=8,
-                   api_key=server.api_key, ignore_eos=True)
+    res = run_load(
+        server.base_url,
+        server.model_name,
+        prompts,
+        concurrency=32,
+        max_tokens=8,
+        api_key=server.api_key,
+        ignore_eos=True,
+    )
     assert res.summary.num_requests == 32 and res.summary.num_errors == 0, res.summary.errors[:3]
     assert all(r.output_tokens == 8 for r in res.records)
     assert all(r.start <= r.first_token <= r.finish for r in res.records)
@@ -204,8 +254,9 @@ def test_max_model_len_that_does_not_fit_is_refused():
     srv = VLLMServer(kv_cache_gib=0.05, max_model_len=8192, startup_timeout=400)
     with pytest.raises(ServerStartError) as err:
         srv.start()
-    assert "vLLM refused to start: To serve at least one request with the model's max seq len (8192)" \
-        in str(err.value)
+    assert "vLLM refused to start: To serve at least one request with the model's max seq len (8192)" in str(
+        err.value
+    )
     assert err.value.log_tail
     assert _alive_after([srv.proc.pid], timeout=20) == []
 

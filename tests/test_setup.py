@@ -24,8 +24,12 @@ def test_a_missing_step_is_reported_with_what_to_do(monkeypatch, tmp_path, capsy
 
 def test_run_step_streams_progress_and_reports_done(monkeypatch, tmp_path):
     flag = tmp_path / "done"
-    step = setup.Step("demo", "a demo step", flag.exists,
-                      lambda: [sys.executable, "-c", f"print('working'); open({str(flag)!r}, 'w').close()"])
+    step = setup.Step(
+        "demo",
+        "a demo step",
+        flag.exists,
+        lambda: [sys.executable, "-c", f"print('working'); open({str(flag)!r}, 'w').close()"],
+    )
     monkeypatch.setitem(setup.STEPS, "demo", step)
     lines: list[str] = []
     assert setup.missing_steps(["demo"]) == ["demo"]
@@ -55,16 +59,25 @@ def test_every_labs_setup_cell_reports_ready(repo):
     for path in lab_notebooks(repo / "solutions"):
         params, setup_src = setup_cells(nbformat.read(str(path), as_version=4))
         assert "report_setup(" in setup_src, f"{path.name}: the setup cell should call report_setup()"
-        combined.cells += [nbformat.v4.new_code_cell("%reset -f"), nbformat.v4.new_code_cell(params),
-                           nbformat.v4.new_code_cell('BACKEND, LIGHT, RUN_VLLM, RUN_REAL = "cpu", True, False, False'),
-                           nbformat.v4.new_code_cell(setup_src)]
+        combined.cells += [
+            nbformat.v4.new_code_cell("%reset -f"),
+            nbformat.v4.new_code_cell(params),
+            nbformat.v4.new_code_cell('BACKEND, LIGHT, RUN_VLLM, RUN_REAL = "cpu", True, False, False'),
+            nbformat.v4.new_code_cell(setup_src),
+        ]
         slots[path.name] = len(combined.cells) - 1
-    NotebookClient(combined, timeout=300, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(repo / "solutions")}}).execute()
+    NotebookClient(
+        combined,
+        timeout=300,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(repo / "solutions")}},
+    ).execute()
     for name, i in slots.items():
         outputs = combined.cells[i].get("outputs", [])
         errors = [o for o in outputs if o.get("output_type") == "error"]
         assert not errors, f"{name}: setup cell raised {errors[0].get('ename')}: {errors[0].get('evalue')}"
         text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
-        assert "ready    model" in text and "ready    triton-env" in text and "MISSING" not in text, \
+        assert "ready    model" in text and "ready    triton-env" in text and "MISSING" not in text, (
             f"{name}: setup cell did not report every step ready:\n{text[-800:]}"
+        )

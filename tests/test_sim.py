@@ -7,9 +7,20 @@ from collections import Counter
 
 import pytest
 
-from lab_utils.sim import (SLO, ContinuousBatching, DynamicBatching, LengthDist, StaticBatching, StepCostModel,
-                           fixed_workload, poisson_workload, reference_schedule, seed_scenario, simulate,
-                           summarize)
+from lab_utils.sim import (
+    SLO,
+    ContinuousBatching,
+    DynamicBatching,
+    LengthDist,
+    StaticBatching,
+    StepCostModel,
+    fixed_workload,
+    poisson_workload,
+    reference_schedule,
+    seed_scenario,
+    simulate,
+    summarize,
+)
 from lab_utils.sim.calibrate import StepMeasurement, fit_cost_model
 
 ONE_SECOND_STEPS = StepCostModel(fixed_s=1.0, per_token_s=0.0)
@@ -62,7 +73,11 @@ def test_continuous_refills_a_freed_slot_next_step():
     assert times(a) == (0.0, 1.0, 3.0)
     assert times(b) == (0.0, 1.0, 1.0)
     assert times(c) == (1.0, 2.0, 3.0)  # took B's slot one step after B finished
-    assert [(s.prefill, sorted(s.decode)) for s in res.steps] == [({0: 4, 1: 4}, []), ({2: 4}, [0]), ({}, [0, 2])]
+    assert [(s.prefill, sorted(s.decode)) for s in res.steps] == [
+        ({0: 4, 1: 4}, []),
+        ({2: 4}, [0]),
+        ({}, [0, 2]),
+    ]
     assert [r.residencies[0].slot for r in res.requests] == [0, 1, 1]
 
 
@@ -81,15 +96,20 @@ def test_preemption_by_recompute_hand_checked():
     # 3 blocks of 4 tokens; A and B each grow to 2 blocks, so both cannot stay
     wl = fixed_workload([4, 4], [5, 5])
     cfg = ContinuousBatching(max_num_seqs=2, max_num_batched_tokens=64, num_kv_blocks=3, block_size=4)
-    for res in (simulate(wl, cfg, ONE_SECOND_STEPS),
-                simulate(wl, cfg, ONE_SECOND_STEPS, schedule_fn=reference_schedule)):
+    for res in (
+        simulate(wl, cfg, ONE_SECOND_STEPS),
+        simulate(wl, cfg, ONE_SECOND_STEPS, schedule_fn=reference_schedule),
+    ):
         a, b = res.requests
         assert times(a) == (0.0, 1.0, 5.0)
         assert times(b) == (0.0, 1.0, 9.0)
         assert (a.num_preemptions, b.num_preemptions) == (0, 1)
         assert res.steps[1].preempted == (1,) and res.steps[1].decode == (0,)
         assert res.steps[5].prefill == {1: 5}  # prompt + its one generated token, recomputed
-        assert [(x.slot, x.start, x.prefill_end, x.end) for x in b.residencies] == [(1, 0.0, 1.0, 1.0), (0, 5.0, 6.0, 9.0)]
+        assert [(x.slot, x.start, x.prefill_end, x.end) for x in b.residencies] == [
+            (1, 0.0, 1.0, 1.0),
+            (0, 5.0, 6.0, 9.0),
+        ]
         assert len(res.steps) == 9
 
 
@@ -117,8 +137,11 @@ def test_dynamic_batcher_preferred_sizes_and_delay():
 
 def test_dynamic_batcher_takes_the_largest_preferred_size():
     wl = fixed_workload([1] * 7, [1] * 7)
-    res = simulate(wl, DynamicBatching(8, preferred_batch_size=(4, 8), max_queue_delay_microseconds=1000),
-                   StepCostModel(fixed_s=1.0, per_token_s=0.0))
+    res = simulate(
+        wl,
+        DynamicBatching(8, preferred_batch_size=(4, 8), max_queue_delay_microseconds=1000),
+        StepCostModel(fixed_s=1.0, per_token_s=0.0),
+    )
     assert [len(s.prefill) for s in res.steps] == [4, 3]  # 7 queued: 4 now, 3 after their delay
 
 
@@ -131,9 +154,13 @@ def test_dynamic_config_is_validated():
 def _random_case(seed: int):
     rng = random.Random(seed)
     n = rng.randint(1, 20)
-    wl = poisson_workload(n, rate=rng.choice([1.0, 5.0, 50.0, float("inf")]),
-                          prompt_len=LengthDist("uniform", low=1, high=rng.choice([8, 40, 100])),
-                          output_len=LengthDist("uniform", low=1, high=rng.choice([5, 30, 60])), seed=seed)
+    wl = poisson_workload(
+        n,
+        rate=rng.choice([1.0, 5.0, 50.0, float("inf")]),
+        prompt_len=LengthDist("uniform", low=1, high=rng.choice([8, 40, 100])),
+        output_len=LengthDist("uniform", low=1, high=rng.choice([5, 30, 60])),
+        seed=seed,
+    )
     longest = max(w.prompt_len + w.output_len for w in wl)
     block = rng.choice([1, 2, 4, 16])
     chunked = rng.random() < 0.7
@@ -144,10 +171,19 @@ def _random_case(seed: int):
 
 
 def _canonical(res):
-    reqs = [(r.request_id, times(r), r.num_preemptions,
-             [(x.slot, x.start, x.prefill_end, x.end) for x in r.residencies]) for r in res.requests]
-    steps = [(s.start, s.end, sorted(s.prefill.items()), sorted(s.decode), s.preempted, sorted(s.prefill_sampled))
-             for s in res.steps]
+    reqs = [
+        (
+            r.request_id,
+            times(r),
+            r.num_preemptions,
+            [(x.slot, x.start, x.prefill_end, x.end) for x in r.residencies],
+        )
+        for r in res.requests
+    ]
+    steps = [
+        (s.start, s.end, sorted(s.prefill.items()), sorted(s.decode), s.preempted, sorted(s.prefill_sampled))
+        for s in res.steps
+    ]
     return reqs, steps
 
 
@@ -239,13 +275,19 @@ def test_plain_engine_rejects_a_plan_over_budget():
         return out
 
     with pytest.raises(RuntimeError, match="budget"):
-        simulate(fixed_workload([8, 8], [2, 2]), ContinuousBatching(4, 8), ONE_SECOND_STEPS, schedule_fn=greedy)
+        simulate(
+            fixed_workload([8, 8], [2, 2]), ContinuousBatching(4, 8), ONE_SECOND_STEPS, schedule_fn=greedy
+        )
 
 
 # ----------------------------------------------------------------------------- workloads, cost, metrics
 def test_workloads_are_seeded():
-    a = poisson_workload(50, 2.0, LengthDist("lognormal", mean=100), LengthDist("uniform", low=5, high=9), seed=7)
-    b = poisson_workload(50, 2.0, LengthDist("lognormal", mean=100), LengthDist("uniform", low=5, high=9), seed=7)
+    a = poisson_workload(
+        50, 2.0, LengthDist("lognormal", mean=100), LengthDist("uniform", low=5, high=9), seed=7
+    )
+    b = poisson_workload(
+        50, 2.0, LengthDist("lognormal", mean=100), LengthDist("uniform", low=5, high=9), seed=7
+    )
     assert a == b
     assert all(5 <= w.output_len <= 9 for w in a)
     assert all(x.arrival_time <= y.arrival_time for x, y in zip(a, a[1:]))
@@ -279,8 +321,10 @@ def test_cost_model_from_the_gpu_catalog():
 
 def test_fit_recovers_a_known_cost_model():
     truth = StepCostModel(0.03, 0.0008, 2e-6)
-    samples = [StepMeasurement("x", 1, n, c, truth.step_time(n, c)) for n, c in
-               [(1, 64), (8, 512), (8, 2048), (32, 32), (512, 512), (128, 4096)]]
+    samples = [
+        StepMeasurement("x", 1, n, c, truth.step_time(n, c))
+        for n, c in [(1, 64), (8, 512), (8, 2048), (32, 32), (512, 512), (128, 4096)]
+    ]
     fit = fit_cost_model(samples)
     assert fit.fixed_s == pytest.approx(0.03, rel=1e-6)
     assert fit.per_token_s == pytest.approx(0.0008, rel=1e-6)

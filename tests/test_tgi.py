@@ -53,17 +53,26 @@ def test_config_checks_are_the_launchers():
 
 def _sim(cfg: TGIConfig, reqs, max_new=None):
     policy = TGIAdmission(cfg, max_new_tokens=max_new)
-    res = simulate(reqs, ContinuousBatching(max_num_seqs=cfg.max_concurrent_requests,
-                                            max_num_batched_tokens=max(cfg.max_batch_prefill_tokens,
-                                                                       cfg.max_concurrent_requests),
-                                            enable_chunked_prefill=False),
-                   schedule_fn=policy)
+    res = simulate(
+        reqs,
+        ContinuousBatching(
+            max_num_seqs=cfg.max_concurrent_requests,
+            max_num_batched_tokens=max(cfg.max_batch_prefill_tokens, cfg.max_concurrent_requests),
+            enable_chunked_prefill=False,
+        ),
+        schedule_fn=policy,
+    )
     return policy, res
 
 
 def test_policy_in_the_simulator_pauses_the_batch_to_prefill_and_respects_budgets():
-    cfg = TGIConfig(max_input_tokens=256, max_total_tokens=512, max_batch_prefill_tokens=512,
-                    max_batch_total_tokens=2048, max_concurrent_requests=64)
+    cfg = TGIConfig(
+        max_input_tokens=256,
+        max_total_tokens=512,
+        max_batch_prefill_tokens=512,
+        max_batch_total_tokens=2048,
+        max_concurrent_requests=64,
+    )
     reqs = [WorkloadRequest(i, 0.02 * i, 200, 40) for i in range(20)]
     policy, res = _sim(cfg, reqs)
     assert all(r.finish_time is not None for r in res.requests)
@@ -75,37 +84,50 @@ def test_policy_in_the_simulator_pauses_the_batch_to_prefill_and_respects_budget
 
 
 def test_waiting_served_ratio_holds_back_a_lone_request_until_max_waiting_tokens():
-    cfg = TGIConfig(max_input_tokens=64, max_total_tokens=256, max_batch_prefill_tokens=1024,
-                    max_batch_total_tokens=8192, waiting_served_ratio=1.0, max_waiting_tokens=7)
+    cfg = TGIConfig(
+        max_input_tokens=64,
+        max_total_tokens=256,
+        max_batch_prefill_tokens=1024,
+        max_batch_total_tokens=8192,
+        waiting_served_ratio=1.0,
+        max_waiting_tokens=7,
+    )
     # ten requests running, then one arrives: min_size = 10, so it waits for the wait limit
     reqs = [WorkloadRequest(i, 0.0, 32, 100) for i in range(10)] + [WorkloadRequest(10, 0.05, 32, 10)]
     policy, _ = _sim(cfg, reqs)
     late = [r for r in policy.records if r.kind == "prefill" and r.step > 0]
     assert late and late[0].reason == "wait_exceeded"
-    decodes_before = sum(1 for r in policy.records[1:late[0].step] if r.kind == "decode")
+    decodes_before = sum(1 for r in policy.records[1 : late[0].step] if r.kind == "decode")
     assert decodes_before >= cfg.max_waiting_tokens - 1
 
 
 # ---------------------------------------------------------------------------- validation
 def _v(params, stream=False, cfg=None):
-    return validate({"inputs": "hello", "parameters": params}, cfg or TGIConfig(max_input_tokens=100,
-                    max_total_tokens=200, max_batch_total_tokens=1000), lambda s: [1] * 10, stream=stream)
+    return validate(
+        {"inputs": "hello", "parameters": params},
+        cfg or TGIConfig(max_input_tokens=100, max_total_tokens=200, max_batch_total_tokens=1000),
+        lambda s: [1] * 10,
+        stream=stream,
+    )
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"max_new_tokens": 500}, "must be <= 200"),
-    ({"max_new_tokens": -1}, "strictly positive"),
-    ({"max_new_tokens": 0}, "strictly positive"),
-    ({"temperature": 0}, "temperature"),
-    ({"top_p": 1.0}, "top_p"),
-    ({"frobnicate": 1}, "unknown parameter"),
-    ({"best_of": 2}, "sampling"),
-    ({"best_of": 2, "do_sample": True}, None),
-    ({"best_of": 3, "do_sample": True}, "best_of"),
-    ({"top_n_tokens": 9}, "top_n_tokens"),
-    ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
-    ({"repetition_penalty": 1.2}, "not implemented"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"max_new_tokens": 500}, "must be <= 200"),
+        ({"max_new_tokens": -1}, "strictly positive"),
+        ({"max_new_tokens": 0}, "strictly positive"),
+        ({"temperature": 0}, "temperature"),
+        ({"top_p": 1.0}, "top_p"),
+        ({"frobnicate": 1}, "unknown parameter"),
+        ({"best_of": 2}, "sampling"),
+        ({"best_of": 2, "do_sample": True}, None),
+        ({"best_of": 3, "do_sample": True}, "best_of"),
+        ({"top_n_tokens": 9}, "top_n_tokens"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"repetition_penalty": 1.2}, "not implemented"),
+    ],
+)
 def test_validation_messages(params, message):
     if message is None:
         assert _v(params).best_of == 2
@@ -131,16 +153,24 @@ def test_text_generation_imports_with_the_installed_huggingface_hub():
 
 
 # ---------------------------------------------------------------------------- the router
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 16},
-                                           "age": {"type": "integer"}}, "required": ["name", "age"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 16}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
 
 
 @pytest.fixture(scope="module")
 def router():
     from lab_utils.servers.tgi import TGIServer
 
-    srv = TGIServer(max_input_tokens=512, max_total_tokens=1024, max_batch_total_tokens=4096,
-                    max_concurrent_requests=3, num_threads=2)
+    srv = TGIServer(
+        max_input_tokens=512,
+        max_total_tokens=1024,
+        max_batch_total_tokens=4096,
+        max_concurrent_requests=3,
+        num_threads=2,
+    )
     srv.start()
     yield srv
     pid = srv.pid
@@ -192,8 +222,9 @@ def test_grammar_output_parses_against_the_schema(router):
     jsonschema = pytest.importorskip("jsonschema")
     from text_generation import Client
 
-    resp = Client(router.url, timeout=120).generate("A person as JSON:", max_new_tokens=48,
-                                                    grammar={"type": "json", "value": SCHEMA})
+    resp = Client(router.url, timeout=120).generate(
+        "A person as JSON:", max_new_tokens=48, grammar={"type": "json", "value": SCHEMA}
+    )
     jsonschema.validate(json.loads(resp.generated_text), SCHEMA)
 
 
@@ -213,7 +244,9 @@ def test_over_max_concurrent_requests_is_overloaded(router):
     from text_generation.errors import OverloadedError
 
     body = {"inputs": "Count to five hundred: 1, 2, 3, 4, 5,", "parameters": {"max_new_tokens": 300}}
-    streams = [requests.post(router.url + "/generate_stream", json=body, stream=True, timeout=60) for _ in range(3)]
+    streams = [
+        requests.post(router.url + "/generate_stream", json=body, stream=True, timeout=60) for _ in range(3)
+    ]
     try:
         for s in streams:  # every slot is now held by a live stream
             next(s.iter_lines())
@@ -233,21 +266,38 @@ def test_over_max_concurrent_requests_is_overloaded(router):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("body, status", [
-    (b"{not json", 422),
-    (json.dumps({"inputs": "hi", "parameters": {"max_new_tokens": -3}}).encode(), 422),
-    (json.dumps({"inputs": "hi", "parameters": {"max_new_tokens": 10**9}}).encode(), 422),
-    (json.dumps({"inputs": "hi", "parameters": {"colour": "red"}}).encode(), 422),
-    (json.dumps({"inputs": "hi", "parameters": {"grammar": {"type": "regex", "value": "(["}}}).encode(), 422),
-    (json.dumps({"inputs": "hi", "parameters": {"grammar": {"type": "json", "value": {"type": "object"}}}}).encode(), 422),
-])
+@pytest.mark.parametrize(
+    "body, status",
+    [
+        (b"{not json", 422),
+        (json.dumps({"inputs": "hi", "parameters": {"max_new_tokens": -3}}).encode(), 422),
+        (json.dumps({"inputs": "hi", "parameters": {"max_new_tokens": 10**9}}).encode(), 422),
+        (json.dumps({"inputs": "hi", "parameters": {"colour": "red"}}).encode(), 422),
+        (
+            json.dumps(
+                {"inputs": "hi", "parameters": {"grammar": {"type": "regex", "value": "(["}}}
+            ).encode(),
+            422,
+        ),
+        (
+            json.dumps(
+                {"inputs": "hi", "parameters": {"grammar": {"type": "json", "value": {"type": "object"}}}}
+            ).encode(),
+            422,
+        ),
+    ],
+)
 def test_bad_requests_get_tgis_error_shape_and_the_router_keeps_serving(router, body, status):
     import httpx
 
-    r = httpx.post(router.url + "/generate", content=body, headers={"content-type": "application/json"}, timeout=60)
+    r = httpx.post(
+        router.url + "/generate", content=body, headers={"content-type": "application/json"}, timeout=60
+    )
     assert r.status_code == status
     assert set(r.json()) == {"error", "error_type"} and r.json()["error_type"] == "validation"
-    ok = httpx.post(router.url + "/generate", json={"inputs": "hi", "parameters": {"max_new_tokens": 2}}, timeout=60)
+    ok = httpx.post(
+        router.url + "/generate", json={"inputs": "hi", "parameters": {"max_new_tokens": 2}}, timeout=60
+    )
     assert ok.status_code == 200
 
 
@@ -271,8 +321,12 @@ def test_openai_sdk_on_the_messages_api(router):
     c = openai.OpenAI(base_url=router.url + "/v1", api_key="unused")
     msgs = [{"role": "user", "content": "Say hi"}]
     full = c.chat.completions.create(model="tgi", messages=msgs, max_tokens=8, temperature=0)
-    streamed = "".join(ch.choices[0].delta.content or "" for ch in
-                       c.chat.completions.create(model="tgi", messages=msgs, max_tokens=8, temperature=0, stream=True))
+    streamed = "".join(
+        ch.choices[0].delta.content or ""
+        for ch in c.chat.completions.create(
+            model="tgi", messages=msgs, max_tokens=8, temperature=0, stream=True
+        )
+    )
     assert full.choices[0].message.content == streamed
     assert full.usage.completion_tokens <= 8
 
@@ -282,8 +336,14 @@ def test_metrics_have_tgis_names(router):
     import httpx
 
     text = httpx.get(router.url + "/metrics").text
-    for name in ("tgi_queue_size", "tgi_batch_current_size", "tgi_request_count", "tgi_request_success",
-                 "tgi_request_duration_bucket", "tgi_request_failure"):
+    for name in (
+        "tgi_queue_size",
+        "tgi_batch_current_size",
+        "tgi_request_count",
+        "tgi_request_success",
+        "tgi_request_duration_bucket",
+        "tgi_request_failure",
+    ):
         assert name in text, name
 
 
@@ -293,8 +353,15 @@ def test_launchers_build_the_commands_without_starting():
     srv = TGIServer(api_key="k3y", max_input_tokens=64, max_total_tokens=128, max_batch_total_tokens=512)
     assert "-m" in srv.argv and "lab_utils.tgi" in srv.argv and "k3y" not in " ".join(srv.argv)
     assert srv.env == {"TGI_STAND_IN_API_KEY": "k3y"}  # the key stays off the command line
-    cmd = TGIContainer.docker_command("m", volume="/tmp/d", image="ghcr.io/huggingface/text-generation-inference:3.3.7",
-                                      num_shard=2, quantize="awq", shm_size="1g", config=TGIConfig())
+    cmd = TGIContainer.docker_command(
+        "m",
+        volume="/tmp/d",
+        image="ghcr.io/huggingface/text-generation-inference:3.3.7",
+        num_shard=2,
+        quantize="awq",
+        shm_size="1g",
+        config=TGIConfig(),
+    )
     assert cmd[cmd.index("--num-shard") + 1] == "2" and "--shm-size" in cmd and "HF_TOKEN" in cmd
     with pytest.raises(ValueError, match="pin"):
         TGIContainer("m", image="ghcr.io/huggingface/text-generation-inference:latest")
@@ -305,5 +372,8 @@ def test_chat_response_format_becomes_a_grammar():
 
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     assert _grammar({"type": "json", "value": schema}) == {"type": "json", "value": schema}
-    assert _grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}) == {"type": "json", "value": schema}
+    assert _grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}) == {
+        "type": "json",
+        "value": schema,
+    }
     assert _grammar(None) is None

@@ -18,24 +18,44 @@ from pathlib import Path
 import pytest
 
 from lab_utils.servers.base import ServerStartError, port_in_use
-from lab_utils.triton import (ConfigError, config_from_dict, config_problems, template_source, tree,
-                              validate_config, version_folders, write_model)
-from lab_utils.triton.measure import (BatchCounts, batch_counts, metric_value, parse_metrics, run_load,
-                                     run_open_loop)
-from lab_utils.triton.recipes import (cost_stand_in_config, course_llm_config, ensemble_config, mlp_config,
-                                      write_llm_models)
+from lab_utils.triton import (
+    ConfigError,
+    config_from_dict,
+    config_problems,
+    template_source,
+    tree,
+    validate_config,
+    version_folders,
+    write_model,
+)
+from lab_utils.triton.measure import (
+    BatchCounts,
+    batch_counts,
+    metric_value,
+    parse_metrics,
+    run_load,
+    run_open_loop,
+)
+from lab_utils.triton.recipes import (
+    cost_stand_in_config,
+    course_llm_config,
+    ensemble_config,
+    mlp_config,
+    write_llm_models,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-MLP = '''
+MLP = """
 name: "mlp"
 backend: "python"
 max_batch_size: 8
 input [ { name: "x", data_type: TYPE_FP32, dims: [ 16 ] } ]
 output [ { name: "y", data_type: TYPE_FP32, dims: [ 16 ] } ]
-'''
+"""
 
 
 # -- config validation -------------------------------------------------------------------------
+
 
 def test_valid_config_parses_into_modelconfig():
     cfg = validate_config(MLP + "dynamic_batching { preferred_batch_size: [4, 8] }")
@@ -46,12 +66,15 @@ def test_valid_config_parses_into_modelconfig():
     assert config_problems(cfg, "mlp") == []
 
 
-@pytest.mark.parametrize("text, field, hint", [
-    ('name: "m"\nmax_batch_sise: 8', "max_batch_sise", "did you mean 'max_batch_size'"),
-    ('dynamic_batching { prefered_batch_size: [4] }', "prefered_batch_size", "'preferred_batch_size'"),
-    ('input [ { name: "x" datatype: TYPE_FP32 dims: [1] } ]', "datatype", "'data_type'"),
-    ('instance_group [ { kind: KIND_CPU cnt: 2 } ]', "cnt", "'count'"),
-])
+@pytest.mark.parametrize(
+    "text, field, hint",
+    [
+        ('name: "m"\nmax_batch_sise: 8', "max_batch_sise", "did you mean 'max_batch_size'"),
+        ("dynamic_batching { prefered_batch_size: [4] }", "prefered_batch_size", "'preferred_batch_size'"),
+        ('input [ { name: "x" datatype: TYPE_FP32 dims: [1] } ]', "datatype", "'data_type'"),
+        ("instance_group [ { kind: KIND_CPU cnt: 2 } ]", "cnt", "'count'"),
+    ],
+)
 def test_misspelt_fields_are_named(text, field, hint):
     with pytest.raises(ConfigError) as err:
         validate_config(text)
@@ -59,14 +82,17 @@ def test_misspelt_fields_are_named(text, field, hint):
     assert f"unknown field '{field}'" in str(err.value) and hint in str(err.value)
 
 
-@pytest.mark.parametrize("text, field, fragment", [
-    ('max_batch_size: "eight"', "max_batch_size", "expects int32"),
-    ('max_batch_size: 2.5', "max_batch_size", "expects int32"),
-    ('input [ { name: "x" data_type: TYPE_FP32 dims: [1.5] } ]', "dims", "expects int64"),
-    ('backend: python', "backend", "expects string"),
-    ('dynamic_batching { max_queue_delay_microseconds: -1 }', "max_queue_delay_microseconds", "uint64"),
-    ('model_transaction_policy { decoupled: maybe }', "decoupled", "bool"),
-])
+@pytest.mark.parametrize(
+    "text, field, fragment",
+    [
+        ('max_batch_size: "eight"', "max_batch_size", "expects int32"),
+        ("max_batch_size: 2.5", "max_batch_size", "expects int32"),
+        ('input [ { name: "x" data_type: TYPE_FP32 dims: [1.5] } ]', "dims", "expects int64"),
+        ("backend: python", "backend", "expects string"),
+        ("dynamic_batching { max_queue_delay_microseconds: -1 }", "max_queue_delay_microseconds", "uint64"),
+        ("model_transaction_policy { decoupled: maybe }", "decoupled", "bool"),
+    ],
+)
 def test_wrong_types_name_the_field_and_its_type(text, field, fragment):
     with pytest.raises(ConfigError) as err:
         validate_config(text)
@@ -83,15 +109,18 @@ def test_wrong_enum_value_suggests_the_triton_spelling():
 
 
 def test_config_problems_catch_what_parses_but_would_not_load():
-    assert config_problems(MLP.replace("max_batch_size: 8", "max_batch_size: 0")
-                           + "dynamic_batching { }") == [
-        "dynamic_batching needs max_batch_size > 0 (0 means the model cannot batch)"]
+    assert config_problems(
+        MLP.replace("max_batch_size: 8", "max_batch_size: 0") + "dynamic_batching { }"
+    ) == ["dynamic_batching needs max_batch_size > 0 (0 means the model cannot batch)"]
     assert config_problems(MLP + "dynamic_batching { preferred_batch_size: [4, 16] }") == [
-        "preferred_batch_size 16 exceeds max_batch_size 8"]
+        "preferred_batch_size 16 exceeds max_batch_size 8"
+    ]
     assert config_problems(MLP, folder_name="other") == ["name 'mlp' differs from its folder 'other'"]
     assert config_problems('name: "x"') == ['set backend (e.g. "python") or platform (e.g. "ensemble")']
-    seed = ('name: "l" platform: "tensorrt_llm" '
-            'parameters { key: "gpt_model_type" value: { string_value: "llama" } }')
+    seed = (
+        'name: "l" platform: "tensorrt_llm" '
+        'parameters { key: "gpt_model_type" value: { string_value: "llama" } }'
+    )
     problems = config_problems(seed)
     assert len(problems) == 2 and "not a Triton platform" in problems[0] and "batching mode" in problems[1]
 
@@ -104,7 +133,8 @@ def test_ensemble_problems_follow_the_tensors():
     assert config_problems(config_from_dict(cfg), "pipeline") == [
         "step 1 (generator) reads 'prompt_idz' for its input 'input_ids', but no ensemble input or "
         "earlier step produces it",
-        "ensemble output 'text_output' is not written by any step's output_map"]
+        "ensemble output 'text_output' is not written by any step's output_map",
+    ]
 
 
 def test_config_from_dict_renders_text_and_rejects_unknown_keys():
@@ -117,23 +147,45 @@ def test_config_from_dict_renders_text_and_rejects_unknown_keys():
 
 # -- repository writing ------------------------------------------------------------------------
 
+
 def test_write_model_layout(tmp_path):
-    folder = write_model(tmp_path, "mlp", MLP, {1: {"model.py": "# v1"}, 3: {"model.py": "# v3", "w.bin": b"\0\1"}})
+    folder = write_model(
+        tmp_path, "mlp", MLP, {1: {"model.py": "# v1"}, 3: {"model.py": "# v3", "w.bin": b"\0\1"}}
+    )
     assert folder == tmp_path / "mlp"
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
-        "mlp", "mlp/1", "mlp/1/model.py", "mlp/3", "mlp/3/model.py", "mlp/3/w.bin", "mlp/config.pbtxt"]
+        "mlp",
+        "mlp/1",
+        "mlp/1/model.py",
+        "mlp/3",
+        "mlp/3/model.py",
+        "mlp/3/w.bin",
+        "mlp/config.pbtxt",
+    ]
     assert (folder / "3" / "w.bin").read_bytes() == b"\0\1"
     assert validate_config((folder / "config.pbtxt").read_text()).name == "mlp"
     assert version_folders(folder) == [1, 3]
     write_model(tmp_path, "noconf", None, {2: {"model.py": ""}})
     write_model(tmp_path, "ens", ensemble_config("ens"), {1: {}})
     assert not (tmp_path / "noconf" / "config.pbtxt").exists()
-    assert tree(tmp_path) == "\n".join([
-        f"{tmp_path.name}/",
-        "├── ens/", "│   ├── 1/", "│   └── config.pbtxt",
-        "├── mlp/", "│   ├── 1/", "│   │   └── model.py", "│   ├── 3/", "│   │   ├── model.py",
-        "│   │   └── w.bin", "│   └── config.pbtxt",
-        "└── noconf/", "    └── 2/", "        └── model.py"])
+    assert tree(tmp_path) == "\n".join(
+        [
+            f"{tmp_path.name}/",
+            "├── ens/",
+            "│   ├── 1/",
+            "│   └── config.pbtxt",
+            "├── mlp/",
+            "│   ├── 1/",
+            "│   │   └── model.py",
+            "│   ├── 3/",
+            "│   │   ├── model.py",
+            "│   │   └── w.bin",
+            "│   └── config.pbtxt",
+            "└── noconf/",
+            "    └── 2/",
+            "        └── model.py",
+        ]
+    )
 
 
 def test_write_model_refuses_bad_input_and_writes_nothing(tmp_path):
@@ -162,27 +214,50 @@ def test_templates_and_recipes(tmp_path):
     for name in names:
         cfg = validate_config((tmp_path / name / "config.pbtxt").read_text())
         assert config_problems(cfg, name) == [], name
-    assert validate_config((tmp_path / "llm_stream" / "config.pbtxt").read_text()).model_transaction_policy.decoupled
+    assert validate_config(
+        (tmp_path / "llm_stream" / "config.pbtxt").read_text()
+    ).model_transaction_policy.decoupled
     with pytest.raises(ValueError, match="only MODE 'text' streams"):
         course_llm_config("g", "generate", tmp_path, decoupled=True)
-    assert "dynamic_batching" not in mlp_config() and mlp_config(dynamic_batching={})["dynamic_batching"] == {}
+    assert (
+        "dynamic_batching" not in mlp_config() and mlp_config(dynamic_batching={})["dynamic_batching"] == {}
+    )
     assert "class TritonPythonModel" in template_source("cost_stand_in")
-    stand_in = validate_config(config_from_dict(cost_stand_in_config(
-        fixed_s=0.004, per_item_s=0.001, dynamic_batching={"preferred_batch_size": [8],
-                                                           "max_queue_delay_microseconds": 20000})))
-    assert {k: v.string_value for k, v in stand_in.parameters.items()} == {"FIXED_S": "0.004", "PER_ITEM_S": "0.001"}
-    assert list(stand_in.dynamic_batching.preferred_batch_size) == [8] and config_problems(stand_in, "stand_in") == []
+    stand_in = validate_config(
+        config_from_dict(
+            cost_stand_in_config(
+                fixed_s=0.004,
+                per_item_s=0.001,
+                dynamic_batching={"preferred_batch_size": [8], "max_queue_delay_microseconds": 20000},
+            )
+        )
+    )
+    assert {k: v.string_value for k, v in stand_in.parameters.items()} == {
+        "FIXED_S": "0.004",
+        "PER_ITEM_S": "0.001",
+    }
+    assert (
+        list(stand_in.dynamic_batching.preferred_batch_size) == [8]
+        and config_problems(stand_in, "stand_in") == []
+    )
     with pytest.raises(ValueError, match="not both 0"):
         cost_stand_in_config(fixed_s=0, per_item_s=0)
 
 
 # -- LLM backend configs -----------------------------------------------------------------------
 
+
 def test_trtllm_config_fields():
     from lab_utils.triton.llm_backends import trtllm_config
 
-    cfg = validate_config(trtllm_config(engine_dir="/e", max_tokens_in_paged_kv_cache=4096,
-                                        kv_cache_free_gpu_mem_fraction=0.8, batch_scheduler_policy="guaranteed_no_evict"))
+    cfg = validate_config(
+        trtllm_config(
+            engine_dir="/e",
+            max_tokens_in_paged_kv_cache=4096,
+            kv_cache_free_gpu_mem_fraction=0.8,
+            batch_scheduler_policy="guaranteed_no_evict",
+        )
+    )
     params = {k: v.string_value for k, v in cfg.parameters.items()}
     assert params["gpt_model_type"] == "inflight_fused_batching"
     assert params["max_tokens_in_paged_kv_cache"] == "4096"
@@ -190,9 +265,15 @@ def test_trtllm_config_fields():
     assert params["batch_scheduler_policy"] == "guaranteed_no_evict"
     assert params["gpt_model_path"] == "/e"
     assert cfg.backend == "tensorrtllm" and cfg.model_transaction_policy.decoupled
-    assert "max_tokens_in_paged_kv_cache" not in {k for k in validate_config(trtllm_config(engine_dir="/e")).parameters}
-    for bad in ({"kv_cache_free_gpu_mem_fraction": 1.5}, {"batch_scheduler_policy": "fifo"},
-                {"gpt_model_type": "llama"}, {"max_tokens_in_paged_kv_cache": 0}):
+    assert "max_tokens_in_paged_kv_cache" not in {
+        k for k in validate_config(trtllm_config(engine_dir="/e")).parameters
+    }
+    for bad in (
+        {"kv_cache_free_gpu_mem_fraction": 1.5},
+        {"batch_scheduler_policy": "fifo"},
+        {"gpt_model_type": "llama"},
+        {"max_tokens_in_paged_kv_cache": 0},
+    ):
         with pytest.raises(ValueError):
             trtllm_config(engine_dir="/e", **bad)
 
@@ -219,11 +300,23 @@ def test_vllm_backend_folder(tmp_path):
 
 # -- measurement helpers -----------------------------------------------------------------------
 
+
 def test_batch_counts_and_difference():
     def stats(inf, ex, sizes):
-        return {"model_stats": [{"name": "m", "version": "1", "inference_count": inf, "execution_count": ex,
-                                 "batch_stats": [{"batch_size": b, "compute_infer": {"count": n, "ns": 1}}
-                                                 for b, n in sizes.items()]}]}
+        return {
+            "model_stats": [
+                {
+                    "name": "m",
+                    "version": "1",
+                    "inference_count": inf,
+                    "execution_count": ex,
+                    "batch_stats": [
+                        {"batch_size": b, "compute_infer": {"count": n, "ns": 1}} for b, n in sizes.items()
+                    ],
+                }
+            ]
+        }
+
     before = batch_counts(stats(3, 3, {1: 3}), "m")
     after = batch_counts(stats(15, 6, {1: 4, 2: 1, 8: 1, 3: 0}), "m")
     delta = after - before
@@ -236,8 +329,10 @@ def test_batch_counts_and_difference():
 
 
 def test_metrics_parsing():
-    text = ('# HELP x\nnv_inference_count{model="a",version="1"} 3\nnv_inference_count{model="a",version="2"} 4\n'
-            'nv_inference_count{model="ab",version="1"} 100\nnv_gpu_utilization 0.5\n')
+    text = (
+        '# HELP x\nnv_inference_count{model="a",version="1"} 3\nnv_inference_count{model="a",version="2"} 4\n'
+        'nv_inference_count{model="ab",version="1"} 100\nnv_gpu_utilization 0.5\n'
+    )
     assert parse_metrics(text)[0] == ("nv_inference_count", {"model": "a", "version": "1"}, 3.0)
     assert metric_value(text, "nv_inference_count", model="a") == 7.0
     assert metric_value(text, "nv_inference_count", model="a", version="2") == 4.0
@@ -279,8 +374,9 @@ def test_run_open_loop_bookkeeping_on_a_fake_clock():
             done("late duplicate")  # counted once
         # request 4 is never answered
 
-    result = run_open_loop(send, [0.0, 0.001, 0.010, 0.011, 0.050], timeout_s=0.01,
-                           clock=lambda: now[0], sleep=sleep)
+    result = run_open_loop(
+        send, [0.0, 0.001, 0.010, 0.011, 0.050], timeout_s=0.01, clock=lambda: now[0], sleep=sleep
+    )
     assert slept == [0.003, 0.033]  # waits only when ahead of the schedule
     assert result.sent_s == pytest.approx([0.0, 0.005, 0.010, 0.012, 0.050])
     assert result.lag_s == pytest.approx([0.0, 0.004, 0.0, 0.001, 0.0])
@@ -298,6 +394,7 @@ def test_run_open_loop_bookkeeping_on_a_fake_clock():
 
 
 # -- launcher without a server -----------------------------------------------------------------
+
 
 def test_three_ports_are_distinct():
     from lab_utils.servers.triton import _three_ports
@@ -321,6 +418,7 @@ def test_missing_environment_says_how_to_build_it(monkeypatch, tmp_path):
 
 # -- docker compose ----------------------------------------------------------------------------
 
+
 def test_compose_file():
     import yaml
 
@@ -343,6 +441,7 @@ def test_compose_file():
 
 
 # -- the real server (slow) --------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def triton_python() -> Path:
@@ -419,6 +518,7 @@ def test_server_batches_under_concurrency(llm_server):
     llm_server.load_model("mlp", mlp_config(dynamic_batching={"max_queue_delay_microseconds": 20000}))
     body = {"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32", "data": [0.5] * 16}]}
     with httpx.Client(timeout=60) as client:
+
         def send(i):
             client.post(f"{llm_server.url}/v2/models/mlp/infer", json=body).raise_for_status()
 
@@ -447,7 +547,12 @@ def test_dynamic_batching_config_reaches_the_server(triton_python, tmp_path):
 
     cost = {"fixed_s": 0.002, "per_item_s": 0.0005, "max_batch_size": 8}
     long_delay = 10_000_000  # 10 s: no request here may wait for it
-    write_model(tmp_path, "stand_in", cost_stand_in_config(**cost), {1: {"model.py": template_source("cost_stand_in")}})
+    write_model(
+        tmp_path,
+        "stand_in",
+        cost_stand_in_config(**cost),
+        {1: {"model.py": template_source("cost_stand_in")}},
+    )
     with TritonServer(tmp_path, model_control="explicit", python=triton_python) as srv:
         client = grpcclient.InferenceServerClient(srv.grpc_url)
         try:
@@ -456,8 +561,15 @@ def test_dynamic_batching_config_reaches_the_server(triton_python, tmp_path):
             send = grpc_async_sender(client, "stand_in", [x])
 
             def run(batching, arrivals, warmup):
-                return measure_batcher(srv, "stand_in", cost_stand_in_config(**cost, dynamic_batching=batching),
-                                       arrivals, send, warmup=warmup, timeout_s=3.0)
+                return measure_batcher(
+                    srv,
+                    "stand_in",
+                    cost_stand_in_config(**cost, dynamic_batching=batching),
+                    arrivals,
+                    send,
+                    warmup=warmup,
+                    timeout_s=3.0,
+                )
 
             # preferred size 4: a batch leaves as soon as 4 are queued, long before the delay;
             # two waves of 4, the second after the first is answered
@@ -471,9 +583,19 @@ def test_dynamic_batching_config_reaches_the_server(triton_python, tmp_path):
         finally:
             client.close()
     assert served["preferred_batch_size"] == [4] and int(served["max_queue_delay_microseconds"]) == long_delay
-    assert pref.errors == {} and full.errors == {} and off.errors == {}, "answered within 3 s, before the delay"
-    assert (pref_counts.inference_count, pref_counts.execution_count, pref_counts.batch_sizes) == (8, 2, {4: 2})
-    assert (full_counts.inference_count, full_counts.execution_count, full_counts.batch_sizes) == (8, 1, {8: 1})
+    assert pref.errors == {} and full.errors == {} and off.errors == {}, (
+        "answered within 3 s, before the delay"
+    )
+    assert (pref_counts.inference_count, pref_counts.execution_count, pref_counts.batch_sizes) == (
+        8,
+        2,
+        {4: 2},
+    )
+    assert (full_counts.inference_count, full_counts.execution_count, full_counts.batch_sizes) == (
+        8,
+        1,
+        {8: 1},
+    )
     assert (off_counts.inference_count, off_counts.execution_count, off_counts.batch_sizes) == (8, 8, {1: 8})
     # Triton's own timing of an execution includes the stand-in's sleep (2 ms + 0.5 ms per row)
     assert pref_counts.mean_compute_s(4) >= 0.004 and off_counts.mean_compute_s(1) >= 0.0025
@@ -496,18 +618,26 @@ def test_ensemble_matches_three_calls_and_stream(llm_server):
     text = [{"name": "text_input", "shape": [1], "datatype": "BYTES", "data": [prompt]}]
     limit = [{"name": "max_tokens", "shape": [1], "datatype": "INT32", "data": [8]}]
     ids = _infer(url, "tokenizer", text)["input_ids"]
-    new = _infer(url, "generator", [{"name": "input_ids", "shape": [len(ids)], "datatype": "INT64", "data": ids}]
-                 + limit)["output_ids"]
+    new = _infer(
+        url,
+        "generator",
+        [{"name": "input_ids", "shape": [len(ids)], "datatype": "INT64", "data": ids}] + limit,
+    )["output_ids"]
     assert 0 < len(new) <= 8
-    separate = _infer(url, "detokenizer", [{"name": "output_ids", "shape": [len(new)], "datatype": "INT64",
-                                            "data": new}])["text_output"][0]
+    separate = _infer(
+        url, "detokenizer", [{"name": "output_ids", "shape": [len(new)], "datatype": "INT64", "data": new}]
+    )["text_output"][0]
     ensemble = _infer(url, "pipeline", text + limit)["text_output"][0]
     assert ensemble == separate and "Paris" in ensemble
     # the decoupled all-in-one model streams the same greedy text, one piece per event
     llm_server.load_model("llm_stream")
     pieces = []
-    with httpx.stream("POST", f"{url}/v2/models/llm_stream/generate_stream",
-                      json={"text_input": prompt, "max_tokens": 8}, timeout=300) as resp:
+    with httpx.stream(
+        "POST",
+        f"{url}/v2/models/llm_stream/generate_stream",
+        json={"text_input": prompt, "max_tokens": 8},
+        timeout=300,
+    ) as resp:
         for line in resp.iter_lines():
             if line.startswith("data: "):
                 import json
@@ -542,6 +672,7 @@ def test_grpc_stream_from_decoupled_model(llm_server):
 
 # -- lab 07 questions: right answers pass, typical wrong ones get a hint -------------------------
 
+
 def _score(qid: str, **answers):
     from lab_utils.grading import get, score
 
@@ -549,18 +680,32 @@ def _score(qid: str, **answers):
 
 
 def test_lab07_checks_pass_right_and_fail_wrong_answers():
-    good = MLP.replace("max_batch_size: 8", "max_batch_size: 16") + \
-        "dynamic_batching { preferred_batch_size: [4, 8] max_queue_delay_microseconds: 2000 }"
+    good = (
+        MLP.replace("max_batch_size: 8", "max_batch_size: 16")
+        + "dynamic_batching { preferred_batch_size: [4, 8] max_queue_delay_microseconds: 2000 }"
+    )
     assert _score("07.batching_config", BATCHING_CONFIG=good).status == "correct"
     wrong = _score("07.batching_config", BATCHING_CONFIG=good.replace("2000", "2"))
     assert wrong.earned == 0 and "microseconds" in wrong.message
-    typo = _score("07.batching_config", BATCHING_CONFIG=good.replace("preferred_batch_size", "prefered_batch_size"))
+    typo = _score(
+        "07.batching_config", BATCHING_CONFIG=good.replace("preferred_batch_size", "prefered_batch_size")
+    )
     assert typo.earned == 0 and "did you mean 'preferred_batch_size'" in typo.message
 
-    assert _score("07.batching_measured", BATCHING_RESULT={
-        "inferences": 20, "executions": 8, "histogram": {1: 4, 4: 4}}).status == "correct"
-    assert _score("07.batching_measured", BATCHING_RESULT={
-        "inferences": 20, "executions": 8, "histogram": {1: 4, 4: 3}}).earned == 0
+    assert (
+        _score(
+            "07.batching_measured",
+            BATCHING_RESULT={"inferences": 20, "executions": 8, "histogram": {1: 4, 4: 4}},
+        ).status
+        == "correct"
+    )
+    assert (
+        _score(
+            "07.batching_measured",
+            BATCHING_RESULT={"inferences": 20, "executions": 8, "histogram": {1: 4, 4: 3}},
+        ).earned
+        == 0
+    )
 
     ens = _score("07.ensemble_config", ENSEMBLE_CONFIG={**ensemble_config("my_pipeline")})
     assert ens.status == "correct", ens.message
@@ -571,5 +716,10 @@ def test_lab07_checks_pass_right_and_fail_wrong_answers():
     assert _score("07.served_versions", served_versions=lambda d, p: sorted(d)[-1:]).earned == 0
     assert _score("07.extra_tensor_bytes", extra_tensor_bytes=lambda p, n, b=8: b * (p + n)).earned == 0
     assert _score("07.pending_requests", pending_requests=lambda t, m: 7.0).earned == 0
-    assert _score("07.trtllm_kv_tokens",
-                  trtllm_kv_tokens=lambda g, w, a, f, kv, max_tokens=None: int(g * 2**30 * f // kv)).earned == 0
+    assert (
+        _score(
+            "07.trtllm_kv_tokens",
+            trtllm_kv_tokens=lambda g, w, a, f, kv, max_tokens=None: int(g * 2**30 * f // kv),
+        ).earned
+        == 0
+    )

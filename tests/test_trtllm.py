@@ -8,8 +8,14 @@ import math
 import pytest
 
 from lab_utils.memory import ModelSpec, kv_cache_bytes_per_token, weight_bytes
-from lab_utils.trtllm import (OptionsError, concurrent_sequences, legacy_to_llm_api, plan_memory,
-                              validate_options, weight_bytes_in)
+from lab_utils.trtllm import (
+    OptionsError,
+    concurrent_sequences,
+    legacy_to_llm_api,
+    plan_memory,
+    validate_options,
+    weight_bytes_in,
+)
 from lab_utils.trtllm.plan import nvfp4_matrix_bytes
 
 LLAMA3_8B = ModelSpec("llama-3-8b", 32, 4096, 32, 8, 128, 14336, 128256, max_position_embeddings=8192)
@@ -38,21 +44,35 @@ def test_good_file_passes_and_parses():
     assert validate_options("") == {}
 
 
-@pytest.mark.parametrize("text, key, words", [
-    ("max_batch_sise: 8\n", "max_batch_sise", "did you mean max_batch_size"),
-    ("enable_chunked_context: true\n", "enable_chunked_context", "did you mean enable_chunked_prefill"),
-    ("kv_cache_config:\n  free_gpu_mem_fraction: 0.9\n", "kv_cache_config.free_gpu_mem_fraction", "unknown option"),
-    ("kv_cache_config:\n  free_gpu_memory_fraction: '0.9'\n", "kv_cache_config.free_gpu_memory_fraction",
-     "expected a number"),
-    ("kv_cache_config:\n  free_gpu_memory_fraction: 1.2\n", "kv_cache_config.free_gpu_memory_fraction", "maximum"),
-    ("max_batch_size: true\n", "max_batch_size", "boolean"),
-    ("max_batch_size: 0\n", "max_batch_size", "minimum"),
-    ("kv_cache_config:\n  dtype: fp4\n", "kv_cache_config.dtype", "not one of"),
-    ("backend: tensorrt\n", "backend", "not one of"),
-    ("cuda_graph_config:\n  batch_sizes: [1, x]\n", "cuda_graph_config.batch_sizes[1]", "whole number"),
-    ("kv_cache_config: 0.9\n", "kv_cache_config", "mapping"),
-    ("- a\n- b\n", "<file>", "mapping"),
-])
+@pytest.mark.parametrize(
+    "text, key, words",
+    [
+        ("max_batch_sise: 8\n", "max_batch_sise", "did you mean max_batch_size"),
+        ("enable_chunked_context: true\n", "enable_chunked_context", "did you mean enable_chunked_prefill"),
+        (
+            "kv_cache_config:\n  free_gpu_mem_fraction: 0.9\n",
+            "kv_cache_config.free_gpu_mem_fraction",
+            "unknown option",
+        ),
+        (
+            "kv_cache_config:\n  free_gpu_memory_fraction: '0.9'\n",
+            "kv_cache_config.free_gpu_memory_fraction",
+            "expected a number",
+        ),
+        (
+            "kv_cache_config:\n  free_gpu_memory_fraction: 1.2\n",
+            "kv_cache_config.free_gpu_memory_fraction",
+            "maximum",
+        ),
+        ("max_batch_size: true\n", "max_batch_size", "boolean"),
+        ("max_batch_size: 0\n", "max_batch_size", "minimum"),
+        ("kv_cache_config:\n  dtype: fp4\n", "kv_cache_config.dtype", "not one of"),
+        ("backend: tensorrt\n", "backend", "not one of"),
+        ("cuda_graph_config:\n  batch_sizes: [1, x]\n", "cuda_graph_config.batch_sizes[1]", "whole number"),
+        ("kv_cache_config: 0.9\n", "kv_cache_config", "mapping"),
+        ("- a\n- b\n", "<file>", "mapping"),
+    ],
+)
 def test_bad_files_name_the_key(text, key, words):
     with pytest.raises(OptionsError) as err:
         validate_options(text)
@@ -72,15 +92,36 @@ def test_extra_keys_and_yaml_errors(tmp_path):
 
 # -- legacy flags ---------------------------------------------------------------------------
 def test_legacy_flags_map_to_llm_api():
-    got = legacy_to_llm_api({"max_batch_size": 64, "tp_size": 4, "pp_size": 1, "max_input_len": 4096,
-                             "max_output_len": 2048, "tokens_per_block": 64, "use_gemm_plugin": "float16",
-                             "use_gpt_attention_plugin": "float16", "enable_context_fmha": True,
-                             "kv_cache_free_gpu_mem_fraction": 0.8, "enable_kv_cache_reuse": "enable"})
-    assert got == {"max_batch_size": 64, "tensor_parallel_size": 4, "pipeline_parallel_size": 1,
-                   "max_seq_len": 6144, "kv_cache_config": {"tokens_per_block": 64, "free_gpu_memory_fraction": 0.8,
-                                                            "enable_block_reuse": True}}
+    got = legacy_to_llm_api(
+        {
+            "max_batch_size": 64,
+            "tp_size": 4,
+            "pp_size": 1,
+            "max_input_len": 4096,
+            "max_output_len": 2048,
+            "tokens_per_block": 64,
+            "use_gemm_plugin": "float16",
+            "use_gpt_attention_plugin": "float16",
+            "enable_context_fmha": True,
+            "kv_cache_free_gpu_mem_fraction": 0.8,
+            "enable_kv_cache_reuse": "enable",
+        }
+    )
+    assert got == {
+        "max_batch_size": 64,
+        "tensor_parallel_size": 4,
+        "pipeline_parallel_size": 1,
+        "max_seq_len": 6144,
+        "kv_cache_config": {
+            "tokens_per_block": 64,
+            "free_gpu_memory_fraction": 0.8,
+            "enable_block_reuse": True,
+        },
+    }
     validate_options(got)  # the translation is itself a valid option file
-    assert legacy_to_llm_api({"max_seq_len": 8192, "max_input_len": 4096, "max_output_len": 10}) == {"max_seq_len": 8192}
+    assert legacy_to_llm_api({"max_seq_len": 8192, "max_input_len": 4096, "max_output_len": 10}) == {
+        "max_seq_len": 8192
+    }
     with pytest.raises(ValueError, match="max_input_len and max_output_len"):
         legacy_to_llm_api({"max_output_len": 10})
     with pytest.raises(ValueError, match="use_fast_build"):
@@ -116,8 +157,9 @@ def test_plan_memory_rule_and_fp8_kv_doubles_sequences():
     assert p16.free_bytes == p16.total_bytes - p16.weight_bytes - p16.other_bytes
     assert p16.kv_cache_bytes == int(0.9 * p16.free_bytes)
     assert p16.kv_bytes_per_token == kv_cache_bytes_per_token(LLAMA3_8B, "float16")
-    assert p16.sequences == concurrent_sequences(p16.total_bytes, p16.weight_bytes, p16.other_bytes, 0.9,
-                                                 p16.kv_bytes_per_token, 8192, 32)
+    assert p16.sequences == concurrent_sequences(
+        p16.total_bytes, p16.weight_bytes, p16.other_bytes, 0.9, p16.kv_bytes_per_token, 8192, 32
+    )
     p8 = plan_memory(LLAMA3_8B, "H100-80GB", "fp16", "fp8", seq_len=8192)
     assert p8.sequences in (2 * p16.sequences, 2 * p16.sequences + 1)
     assert plan_memory(LLAMA3_8B, "A10G", "fp16", "fp16", seq_len=8192).sequences < p16.sequences
@@ -127,8 +169,7 @@ def test_plan_memory_rule_and_fp8_kv_doubles_sequences():
 # -- quantizers -----------------------------------------------------------------------------
 def test_quantizer_error_bounds():
     torch = pytest.importorskip("torch")
-    from lab_utils.trtllm.quant import (fake_quantize, group_quantize, predict_rms_error, quantize,
-                                        rms_error)
+    from lab_utils.trtllm.quant import fake_quantize, group_quantize, predict_rms_error, quantize, rms_error
 
     g = torch.Generator().manual_seed(0)
     w = torch.randn(48, 256, generator=g)
@@ -179,8 +220,12 @@ def test_triton_trtllm_config_parses_into_model_config():
     from lab_utils.triton import validate_config
     from lab_utils.triton.llm_backends import trtllm_config
 
-    text = trtllm_config(engine_dir="/engines/x", max_batch_size=16, kv_cache_free_gpu_mem_fraction=0.8,
-                         max_tokens_in_paged_kv_cache=65536)
+    text = trtllm_config(
+        engine_dir="/engines/x",
+        max_batch_size=16,
+        kv_cache_free_gpu_mem_fraction=0.8,
+        max_tokens_in_paged_kv_cache=65536,
+    )
     cfg = validate_config(text)
     assert isinstance(cfg, model_config_pb2.ModelConfig)
     assert cfg.backend == "tensorrtllm" and cfg.max_batch_size == 16
@@ -198,7 +243,12 @@ def test_launcher_validates_options_and_refuses_without_gpu(monkeypatch):
     with pytest.raises(OptionsError, match="kv_cache_config.free_gpu_memory_fractoin"):
         TRTLLMServer(model="/nonexistent", options={"kv_cache_config": {"free_gpu_memory_fractoin": 0.5}})
     srv = TRTLLMServer(model="/nonexistent", options={"max_batch_size": 8})
-    assert srv.argv[1] == "/nonexistent" and srv.argv[0].endswith("trtllm-serve") and "--config" in srv.argv and srv.host == "127.0.0.1"
+    assert (
+        srv.argv[1] == "/nonexistent"
+        and srv.argv[0].endswith("trtllm-serve")
+        and "--config" in srv.argv
+        and srv.host == "127.0.0.1"
+    )
     assert srv.client_kwargs()["base_url"].endswith("/v1")
     monkeypatch.setattr("lab_utils.servers.trtllm.trtllm_available", lambda: (False, "no CUDA device"))
     with pytest.raises(ServerStartError, match="no CUDA device"):
@@ -212,9 +262,16 @@ def test_quantization_on_the_course_model():
     pytest.importorskip("transformers")
     from lab_utils.trtllm.quant import Scheme, measure_schemes
 
-    run = measure_schemes([Scheme("float32", None), Scheme("int8 per-channel", 8, "channel"),
-                           Scheme("int4 per-tensor", 4, "tensor")], eval_tokens=64, greedy_tokens=8,
-                          progress=False)
+    run = measure_schemes(
+        [
+            Scheme("float32", None),
+            Scheme("int8 per-channel", 8, "channel"),
+            Scheme("int4 per-tensor", 4, "tensor"),
+        ],
+        eval_tokens=64,
+        greedy_tokens=8,
+        progress=False,
+    )
     assert run.agreement(0) == 1.0
     assert run.weight_bytes[1] < run.weight_bytes[0]
     assert run.perplexity(1) < run.perplexity(2)
@@ -230,19 +287,31 @@ def _solution_namespace(scen: dict) -> dict:
         qmax = 2 ** (bits - 1) - 1
         wg = w.reshape(w.shape[0], -1, group_size)
         scale = (wg.abs().amax(dim=2, keepdim=True) / qmax).clamp(min=1e-12)
-        return torch.clamp(torch.round(wg / scale), -qmax, qmax).reshape(w.shape), scale.reshape(w.shape[0], -1)
+        return torch.clamp(torch.round(wg / scale), -qmax, qmax).reshape(w.shape), scale.reshape(
+            w.shape[0], -1
+        )
 
     def matrix_bytes(i, o, fmt, g=128):
         n = i * o
-        return {"fp16": 2 * n, "fp8": n, "int4": -(-n // 2) + o * -(-i // g) * 2,
-                "nvfp4": -(-n // 2) + -(-n // 16) + 4}[fmt]
+        return {
+            "fp16": 2 * n,
+            "fp8": n,
+            "int4": -(-n // 2) + o * -(-i // g) * 2,
+            "nvfp4": -(-n // 2) + -(-n // 16) + 4,
+        }[fmt]
 
     def max_sequences(gpu, w, other, f, per_token, seq_len, tpb):
         return int(f * max(gpu - w - other, 0)) // (tpb * per_token) // -(-seq_len // tpb)
 
     def fraction_needed(gpu, w, other, per_token, seq_len, tpb, n):
-        return next((k / 100 for k in range(1, 101)
-                     if max_sequences(gpu, w, other, k / 100, per_token, seq_len, tpb) >= n), None)
+        return next(
+            (
+                k / 100
+                for k in range(1, 101)
+                if max_sequences(gpu, w, other, k / 100, per_token, seq_len, tpb) >= n
+            ),
+            None,
+        )
 
     def predict_rms_error(w, bits, g):
         scale = w.double().reshape(w.shape[0], -1, g).abs().amax(dim=2) / (2 ** (bits - 1) - 1)
@@ -250,24 +319,42 @@ def _solution_namespace(scen: dict) -> dict:
 
     spec = ModelSpec(**scen["model"])
     from lab_utils.memory import GPUS, GiB
-    seqs = max_sequences(GPUS[scen["gpu"]].memory_bytes, weight_bytes_in(spec, scen["weights"]),
-                         int(scen["other_gib"] * GiB), scen["fraction"],
-                         kv_cache_bytes_per_token(spec, "fp8" if scen["kv_dtype"] == "fp8" else "float16"),
-                         scen["seq_len"], scen["tokens_per_block"])
+
+    seqs = max_sequences(
+        GPUS[scen["gpu"]].memory_bytes,
+        weight_bytes_in(spec, scen["weights"]),
+        int(scen["other_gib"] * GiB),
+        scen["fraction"],
+        kv_cache_bytes_per_token(spec, "fp8" if scen["kv_dtype"] == "fp8" else "float16"),
+        scen["seq_len"],
+        scen["tokens_per_block"],
+    )
     from lab_utils.grading.questions.lab08 import _course_matrix
+
     w = _course_matrix(scen["layer"], scen["proj"])
-    return {"group_quantize": group_quantize, "matrix_bytes": matrix_bytes, "max_sequences": max_sequences,
-            "scenario_sequences": seqs, "fraction_needed": fraction_needed,
-            "legacy_to_llm_api": _learner_legacy,
-            "predict_rms_error": predict_rms_error,
-            "predicted_rms": {g: predict_rms_error(w, 4, g) for g in scen["group_sizes"]}}
+    return {
+        "group_quantize": group_quantize,
+        "matrix_bytes": matrix_bytes,
+        "max_sequences": max_sequences,
+        "scenario_sequences": seqs,
+        "fraction_needed": fraction_needed,
+        "legacy_to_llm_api": _learner_legacy,
+        "predict_rms_error": predict_rms_error,
+        "predicted_rms": {g: predict_rms_error(w, 4, g) for g in scen["group_sizes"]},
+    }
 
 
 def _learner_legacy(flags):
-    names = {"tp_size": "tensor_parallel_size", "pp_size": "pipeline_parallel_size",
-             "enable_chunked_context": "enable_chunked_prefill", "tokens_per_block": "kv.tokens_per_block",
-             "kv_cache_free_gpu_mem_fraction": "kv.free_gpu_memory_fraction", "max_tokens_in_paged_kv_cache":
-             "kv.max_tokens", "enable_kv_cache_reuse": "kv.enable_block_reuse", "kv_cache_dtype": "kv.dtype"}
+    names = {
+        "tp_size": "tensor_parallel_size",
+        "pp_size": "pipeline_parallel_size",
+        "enable_chunked_context": "enable_chunked_prefill",
+        "tokens_per_block": "kv.tokens_per_block",
+        "kv_cache_free_gpu_mem_fraction": "kv.free_gpu_memory_fraction",
+        "max_tokens_in_paged_kv_cache": "kv.max_tokens",
+        "enable_kv_cache_reuse": "kv.enable_block_reuse",
+        "kv_cache_dtype": "kv.dtype",
+    }
     keep = {"max_batch_size", "max_num_tokens", "max_seq_len", "max_beam_width", "dtype"}
     out = {}
     for k, v in flags.items():
@@ -304,14 +391,20 @@ def test_lab08_solution_answers_score_full_and_mistakes_do_not(seed):
         assert r.earned == r.points, f"{qid}: {r.status} {r.message}"
     # plausible mistakes: truncation instead of rounding, the fraction of the whole GPU, a typed value
     import torch
+
     wrong = dict(ns)
-    wrong["group_quantize"] = lambda w, b, g: (ns["group_quantize"](w, b, g)[0].trunc(), ns["group_quantize"](w, b, g)[1])
+    wrong["group_quantize"] = lambda w, b, g: (
+        ns["group_quantize"](w, b, g)[0].trunc(),
+        ns["group_quantize"](w, b, g)[1],
+    )
 
     def trunc(w, bits, g):
         qmax = 2 ** (bits - 1) - 1
         wg = w.reshape(w.shape[0], -1, g)
         scale = (wg.abs().amax(dim=2, keepdim=True) / qmax).clamp(min=1e-12)
-        return torch.clamp(torch.trunc(wg / scale), -qmax, qmax).reshape(w.shape), scale.reshape(w.shape[0], -1)
+        return torch.clamp(torch.trunc(wg / scale), -qmax, qmax).reshape(w.shape), scale.reshape(
+            w.shape[0], -1
+        )
 
     wrong["group_quantize"] = trunc
     wrong["max_sequences"] = lambda gpu, w, o, f, pt, L, b: int(f * gpu - w - o) // (b * pt) // -(-L // b)
@@ -332,8 +425,11 @@ def test_lab08_scenario_references_agree_with_the_library():
         gpu, w, other, per_token = lab08._scenario_inputs(scen)
         assert w == weight_bytes_in(spec, scen["weights"])
         assert per_token == kv_cache_bytes_per_token(spec, "fp8" if scen["kv_dtype"] == "fp8" else "float16")
-        assert lab08._ref_seqs(gpu, w, other, scen["fraction"], per_token, scen["seq_len"],
-                               scen["tokens_per_block"]) == concurrent_sequences(
-            gpu, w, other, scen["fraction"], per_token, scen["seq_len"], scen["tokens_per_block"])
+        assert lab08._ref_seqs(
+            gpu, w, other, scen["fraction"], per_token, scen["seq_len"], scen["tokens_per_block"]
+        ) == concurrent_sequences(
+            gpu, w, other, scen["fraction"], per_token, scen["seq_len"], scen["tokens_per_block"]
+        )
         assert lab08._plain(lab08._ref_legacy(scen["legacy_flags"])) == lab08._plain(
-            legacy_to_llm_api(scen["legacy_flags"]))
+            legacy_to_llm_api(scen["legacy_flags"])
+        )

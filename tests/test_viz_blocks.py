@@ -20,8 +20,17 @@ def frames():
 
 
 def test_record_example_frames_pin_the_block_tables(frames):
-    assert [f.event for f in frames] == ["start", "allocate", "allocate", "fork", "append", "append",
-                                         "free", "free", "free"]
+    assert [f.event for f in frames] == [
+        "start",
+        "allocate",
+        "allocate",
+        "fork",
+        "append",
+        "append",
+        "free",
+        "free",
+        "free",
+    ]
     assert frames[2].block_tables == {"a": [0, 1, 2], "b": [0, 1, 3]}
     assert frames[2].prefix_cache_hits == 8
     assert frames[3].block_tables["a.1"] == [0, 1, 2] and frames[3].ref_cnt[:4] == [3, 3, 2, 1]
@@ -29,7 +38,7 @@ def test_record_example_frames_pin_the_block_tables(frames):
     assert frames[4].shared_blocks() == [0, 1]
     assert frames[-1].block_tables == {} and frames[-1].usage == 0.0
     assert frames[-1].free_queue == [5, 6, 7, 3, 4, 2, 1, 0]
-    assert frames[-1].block_hash[0] is not None          # freed but still cached
+    assert frames[-1].block_hash[0] is not None  # freed but still cached
 
 
 def test_frames_pickle(frames):
@@ -78,7 +87,7 @@ def test_stepper_builds_a_widget(frames):
     box = blocks.trace_stepper(frames)
     slider = box.children[0].children[1]
     assert (slider.min, slider.max) == (0, len(frames) - 1)
-    slider.value = 4                                       # redraws without error
+    slider.value = 4  # redraws without error
 
 
 def test_plot_utilisation_labels_each_allocator():

@@ -19,6 +19,7 @@ from lab_utils.viz.drill_runner import DrillSession, render_static, run_drills
 def no_input(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the drill runner must never call input()")
+
     monkeypatch.setattr(builtins, "input", refuse)
 
 

@@ -7,11 +7,25 @@ import pytest
 
 matplotlib.use("Agg")
 
-from lab_utils.sim import (ContinuousBatching, StaticBatching, StepCostModel, fixed_workload, seed_scenario,  # noqa: E402
-                           simulate, sweep_load, poisson_workload)
+from lab_utils.sim import (  # noqa: E402
+    ContinuousBatching,
+    StaticBatching,
+    StepCostModel,
+    fixed_workload,
+    poisson_workload,
+    seed_scenario,
+    simulate,
+    sweep_load,
+)
 from lab_utils.sim.traces import trace_result  # noqa: E402
-from lab_utils.viz.timeline import (TimelineExplorer, explorer_figure, plot_throughput_latency,  # noqa: E402
-                                    plot_timeline, timeline_explorer, timeline_geometry)
+from lab_utils.viz.timeline import (  # noqa: E402
+    TimelineExplorer,
+    explorer_figure,
+    plot_throughput_latency,
+    plot_timeline,
+    timeline_explorer,
+    timeline_geometry,
+)
 
 
 def xs(verts):
@@ -39,9 +53,27 @@ def test_continuous_geometry_has_no_padding_and_marks_preemption():
 
 def test_measured_rows_are_packed_into_lanes():
     rows = [
-        {"request_id": "a", "arrival_time": 10.0, "first_token_time": 10.5, "finish_time": 12.0, "output_len": 4},
-        {"request_id": "b", "arrival_time": 10.2, "first_token_time": 10.6, "finish_time": 11.0, "output_len": 2},
-        {"request_id": "c", "arrival_time": 11.5, "first_token_time": 11.7, "finish_time": 13.0, "output_len": 3},
+        {
+            "request_id": "a",
+            "arrival_time": 10.0,
+            "first_token_time": 10.5,
+            "finish_time": 12.0,
+            "output_len": 4,
+        },
+        {
+            "request_id": "b",
+            "arrival_time": 10.2,
+            "first_token_time": 10.6,
+            "finish_time": 11.0,
+            "output_len": 2,
+        },
+        {
+            "request_id": "c",
+            "arrival_time": 11.5,
+            "first_token_time": 11.7,
+            "finish_time": 13.0,
+            "output_len": 3,
+        },
     ]
     res = trace_result(rows)
     assert res.measured and res.num_slots == 2
@@ -57,8 +89,10 @@ def test_measured_rows_are_packed_into_lanes():
 
 
 def test_admission_is_inferred_from_max_concurrency():
-    rows = [{"request_id": i, "arrival_time": 0.0, "first_token_time": ft, "finish_time": fin, "output_len": 2}
-            for i, (ft, fin) in enumerate([(0.2, 1.0), (0.3, 2.0), (1.2, 1.5), (1.8, 3.0)])]
+    rows = [
+        {"request_id": i, "arrival_time": 0.0, "first_token_time": ft, "finish_time": fin, "output_len": 2}
+        for i, (ft, fin) in enumerate([(0.2, 1.0), (0.3, 2.0), (1.2, 1.5), (1.8, 3.0)])
+    ]
     res = trace_result(rows, max_concurrency=2)
     assert [r.scheduled_time for r in res.requests] == [0.0, 0.0, 1.0, 1.5]  # waits for a free slot
     assert res.num_slots == 2
@@ -66,8 +100,19 @@ def test_admission_is_inferred_from_max_concurrency():
 
 
 def test_static_trace_keeps_its_slots_and_padding():
-    rows = [{"request_id": i, "arrival_time": 0.0, "scheduled_time": 0.0, "first_token_time": 0.1,
-             "finish_time": f, "held_until": 1.0, "output_len": 3, "slot": i} for i, f in enumerate([0.4, 1.0])]
+    rows = [
+        {
+            "request_id": i,
+            "arrival_time": 0.0,
+            "scheduled_time": 0.0,
+            "first_token_time": 0.1,
+            "finish_time": f,
+            "held_until": 1.0,
+            "output_len": 3,
+            "slot": i,
+        }
+        for i, f in enumerate([0.4, 1.0])
+    ]
     geo = timeline_geometry(trace_result(rows, num_slots=4))
     assert geo["lanes"] == 4
     assert xs(geo["padding"]) == [(0.4, 1.0, 0.1)]
@@ -82,11 +127,18 @@ def test_plot_returns_a_figure_and_draws():
 
 
 def test_throughput_latency_plot_has_a_line_per_policy():
-    rows = sweep_load(lambda rate: poisson_workload(20, rate, 16, 8, seed=0),
-                      {"static": StaticBatching(4), "continuous": ContinuousBatching(4, 64)},
-                      [1.0, 4.0], StepCostModel(0.01, 0.001))
-    assert [(r["policy"], r["rate"]) for r in rows] == [("static", 1.0), ("continuous", 1.0),
-                                                        ("static", 4.0), ("continuous", 4.0)]
+    rows = sweep_load(
+        lambda rate: poisson_workload(20, rate, 16, 8, seed=0),
+        {"static": StaticBatching(4), "continuous": ContinuousBatching(4, 64)},
+        [1.0, 4.0],
+        StepCostModel(0.01, 0.001),
+    )
+    assert [(r["policy"], r["rate"]) for r in rows] == [
+        ("static", 1.0),
+        ("continuous", 1.0),
+        ("static", 4.0),
+        ("continuous", 4.0),
+    ]
     fig = plot_throughput_latency(rows, slo=1.0)
     assert len([ln for ln in fig.axes[0].get_lines() if ln.get_label() in ("static", "continuous")]) == 2
 

@@ -15,10 +15,14 @@ def test_no_process_left_behind():
     assert leaked == [], f"servers left running: {leaked}"
     deadline = time.monotonic() + 10
     while True:
-        alive = [p for p in psutil.Process().children(recursive=True)
-                 if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        alive = [
+            p
+            for p in psutil.Process().children(recursive=True)
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        ]
         if not alive or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     assert alive == [], "child processes still running: " + "; ".join(
-        " ".join(p.cmdline()[:4]) for p in alive)
+        " ".join(p.cmdline()[:4]) for p in alive
+    )

@@ -69,16 +69,27 @@ class Trace:
         return len(self.rate)
 
 
-def make_trace(hours: float = 4.0, *, base_rps: float = 4.0, peak_rps: float = 20.0, bursts: int = 6,
-               burst_rps: float = 15.0, burst_s: float = 300.0, period_h: float | None = None,
-               seed: int = 0, name: str | None = None) -> Trace:
+def make_trace(
+    hours: float = 4.0,
+    *,
+    base_rps: float = 4.0,
+    peak_rps: float = 20.0,
+    bursts: int = 6,
+    burst_rps: float = 15.0,
+    burst_s: float = 300.0,
+    period_h: float | None = None,
+    seed: int = 0,
+    name: str | None = None,
+) -> Trace:
     """A diurnal trace (one smooth day-like cycle over `period_h`, default the whole trace) with bursts."""
     rng = random.Random(seed)
     n = int(hours * 3600)
     period = (period_h or hours) * 3600
     phase = rng.uniform(0, 2 * math.pi)
-    rate = [base_rps + (peak_rps - base_rps) * 0.5 * (1 - math.cos(2 * math.pi * t / period + phase))
-            for t in range(n)]
+    rate = [
+        base_rps + (peak_rps - base_rps) * 0.5 * (1 - math.cos(2 * math.pi * t / period + phase))
+        for t in range(n)
+    ]
     for _ in range(bursts):
         start = rng.randrange(0, max(n - int(burst_s), 1))
         height = burst_rps * rng.uniform(0.5, 1.0)
@@ -127,9 +138,13 @@ class AutoscaleRun:
         return self.cost_usd(price_per_hour) / (self.output_tokens / 1e6) if self.output_tokens else math.inf
 
     def summary(self, price_per_hour: float | None = None) -> dict:
-        out = {"policy": self.policy, "slo_attainment": self.slo_attainment, "replica_hours": self.replica_hours,
-               "max_replicas": max(self.replicas) if self.replicas else 0,
-               "mean_replicas": sum(self.replicas) / len(self.replicas) if self.replicas else 0}
+        out = {
+            "policy": self.policy,
+            "slo_attainment": self.slo_attainment,
+            "replica_hours": self.replica_hours,
+            "max_replicas": max(self.replicas) if self.replicas else 0,
+            "mean_replicas": sum(self.replicas) / len(self.replicas) if self.replicas else 0,
+        }
         if price_per_hour is not None:
             out["cost_usd"] = self.cost_usd(price_per_hour)
             out["usd_per_mtok"] = self.cost_per_million_tokens(price_per_hour)
@@ -144,9 +159,19 @@ def _running_per_replica(lam_r: float, m: ReplicaModel) -> float:
     return min(float(m.max_seqs), x * m.fixed_s / (1 - x * m.per_seq_s))
 
 
-def simulate(trace: Trace, policy: Callable[[dict], int], model: ReplicaModel = ReplicaModel(), *,
-             interval_s: int = 30, initial_replicas: int = 1, min_replicas: int = 1, max_replicas: int = 64,
-             seed: int = 0, name: str | None = None, dt_s: int = 5) -> AutoscaleRun:
+def simulate(
+    trace: Trace,
+    policy: Callable[[dict], int],
+    model: ReplicaModel = ReplicaModel(),
+    *,
+    interval_s: int = 30,
+    initial_replicas: int = 1,
+    min_replicas: int = 1,
+    max_replicas: int = 64,
+    seed: int = 0,
+    name: str | None = None,
+    dt_s: int = 5,
+) -> AutoscaleRun:
     """Run `policy` over `trace` in steps of `dt_s` seconds; see the module docstring for the model."""
     if interval_s % dt_s:
         raise ValueError(f"interval_s ({interval_s}) must be a whole number of steps of dt_s ({dt_s})")
@@ -161,7 +186,9 @@ def simulate(trace: Trace, policy: Callable[[dict], int], model: ReplicaModel = 
     acc_ttft: list[float] = []
     last_obs_running = 0.0
     np_poisson = _poisson_sampler(rng)
-    rates = [sum(trace.rate[i:i + dt_s]) / len(trace.rate[i:i + dt_s]) for i in range(0, trace.seconds, dt_s)]
+    rates = [
+        sum(trace.rate[i : i + dt_s]) / len(trace.rate[i : i + dt_s]) for i in range(0, trace.seconds, dt_s)
+    ]
     for step_no, lam in enumerate(rates):
         t = step_no * dt_s
         if starting:
@@ -198,14 +225,34 @@ def simulate(trace: Trace, policy: Callable[[dict], int], model: ReplicaModel = 
             k = len(acc_ttft)
             acc_ttft.sort()
             p95 = acc_ttft[min(k - 1, int(0.95 * k))]
-            obs = {"t": float(t + dt_s), "replicas": ready + len(starting), "ready": ready, "rps": acc_arr / (k * dt_s),
-                   "queue": queue, "running": last_obs_running, "kv_usage": acc_kv / k, "util": acc_util / k,
-                   "ttft_p95": p95, "capacity_rps": cap, "max_seqs": m.max_seqs, "interval_s": interval_s,
-                   "min_replicas": min_replicas, "max_replicas": max_replicas,
-                   "cold_start_s": m.cold_start_s, "ttft_slo_s": m.ttft_slo_s}
-            for series, value in ((run.t, obs["t"]), (run.replicas, obs["replicas"]), (run.ready, ready),
-                                  (run.rps, obs["rps"]), (run.queue, queue), (run.ttft_p95, p95),
-                                  (run.util, obs["util"]), (run.kv_usage, obs["kv_usage"])):
+            obs = {
+                "t": float(t + dt_s),
+                "replicas": ready + len(starting),
+                "ready": ready,
+                "rps": acc_arr / (k * dt_s),
+                "queue": queue,
+                "running": last_obs_running,
+                "kv_usage": acc_kv / k,
+                "util": acc_util / k,
+                "ttft_p95": p95,
+                "capacity_rps": cap,
+                "max_seqs": m.max_seqs,
+                "interval_s": interval_s,
+                "min_replicas": min_replicas,
+                "max_replicas": max_replicas,
+                "cold_start_s": m.cold_start_s,
+                "ttft_slo_s": m.ttft_slo_s,
+            }
+            for series, value in (
+                (run.t, obs["t"]),
+                (run.replicas, obs["replicas"]),
+                (run.ready, ready),
+                (run.rps, obs["rps"]),
+                (run.queue, queue),
+                (run.ttft_p95, p95),
+                (run.util, obs["util"]),
+                (run.kv_usage, obs["kv_usage"]),
+            ):
                 series.append(value)
             run.attainment.append(acc_met / acc_arr if acc_arr else 1.0)
             want = int(policy(dict(obs)))
@@ -217,7 +264,7 @@ def simulate(trace: Trace, policy: Callable[[dict], int], model: ReplicaModel = 
                 drop = have - want
                 cut = min(drop, len(starting))  # cancel replicas still loading first
                 if cut:
-                    starting = sorted(starting)[:len(starting) - cut]
+                    starting = sorted(starting)[: len(starting) - cut]
                 ready -= drop - cut
             acc_arr = acc_met = acc_util = acc_kv = 0.0
             acc_ttft = []
@@ -226,6 +273,7 @@ def simulate(trace: Trace, policy: Callable[[dict], int], model: ReplicaModel = 
 
 def _poisson_sampler(rng: random.Random):
     """Poisson draws: exact (Knuth) for small means, normal approximation above 30."""
+
     def draw(lam: float) -> float:
         if lam <= 0:
             return 0.0
@@ -237,10 +285,12 @@ def _poisson_sampler(rng: random.Random):
             if p <= limit:
                 return float(k)
             k += 1
+
     return draw
 
 
 # --- reference policies --------------------------------------------------------------------------
+
 
 def utilisation_policy(obs: dict, scale_up_above: float = 0.8, scale_down_below: float = 0.4) -> int:
     """The seeds' rule: add a replica above 80% "GPU utilisation", remove one below 40%."""
@@ -257,7 +307,11 @@ def queue_policy(obs: dict, per_replica_queue: float = 4.0) -> int:
     r = obs["replicas"]
     if obs["queue"] > per_replica_queue * max(obs["ready"], 1):
         return r + max(1, math.ceil(obs["queue"] / (obs["capacity_rps"] * obs["interval_s"])))
-    if obs["queue"] < 1 and obs["rps"] < 0.6 * obs["capacity_rps"] * max(obs["ready"], 1) and obs["ready"] == r:
+    if (
+        obs["queue"] < 1
+        and obs["rps"] < 0.6 * obs["capacity_rps"] * max(obs["ready"], 1)
+        and obs["ready"] == r
+    ):
         return r - 1
     return r
 
@@ -269,8 +323,9 @@ def capacity_policy(obs: dict, target: float = 0.7) -> int:
     return max(1, math.ceil(need + drain))
 
 
-def seed_policy(queue_up: float = 100, p95_up_s: float = 2.0, util_down: float = 0.4,
-                down_after_s: float = 600) -> Callable[[dict], int]:
+def seed_policy(
+    queue_up: float = 100, p95_up_s: float = 2.0, util_down: float = 0.4, down_after_s: float = 600
+) -> Callable[[dict], int]:
     """The rule in the course seeds: up on queue > 100 or p95 > 2 s; down after 10 min of utilisation < 40%.
 
     A fresh policy (it remembers how long utilisation has been low) for each simulation.
@@ -291,13 +346,16 @@ def seed_policy(queue_up: float = 100, p95_up_s: float = 2.0, util_down: float =
         else:
             state["low_since"] = None
         return r
+
     return seed_rule
 
 
 def fixed_policy(n: int) -> Callable[[dict], int]:
     """Always n replicas (a baseline)."""
+
     def fixed(obs: dict) -> int:
         return n
+
     fixed.__name__ = f"fixed_{n}"
     return fixed
 
@@ -334,5 +392,17 @@ def plot_runs(trace: Trace, runs: list[AutoscaleRun], title: str = ""):
     return fig
 
 
-__all__ = ["AutoscaleRun", "ReplicaModel", "Trace", "capacity_policy", "compare", "fixed_policy", "make_trace",
-           "plot_runs", "queue_policy", "seed_policy", "simulate", "utilisation_policy"]
+__all__ = [
+    "AutoscaleRun",
+    "ReplicaModel",
+    "Trace",
+    "capacity_policy",
+    "compare",
+    "fixed_policy",
+    "make_trace",
+    "plot_runs",
+    "queue_policy",
+    "seed_policy",
+    "simulate",
+    "utilisation_policy",
+]

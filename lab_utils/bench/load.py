@@ -102,6 +102,7 @@ def latency_from_intended(result: LoadResult) -> list[float | None]:
 
 # --- predicting the knee from the per-step cost ---------------------------------------------------
 
+
 def fit_step_cost(batch_sizes: Sequence[float], step_times: Sequence[float]) -> tuple[float, float]:
     """Least-squares (fixed_s, per_seq_s) of step_time = fixed_s + per_seq_s * batch (both >= 0)."""
     n = len(batch_sizes)
@@ -121,6 +122,7 @@ def knee_rate_model(fixed_s: float, per_seq_s: float, output_tokens: int, max_se
 
 
 # --- a CPU sampler (the "GPU utilisation" stand-in) -----------------------------------------------
+
 
 class CpuSampler:
     """Sample a process tree's CPU use (percent of one core, summed) every `interval` seconds."""
@@ -157,7 +159,7 @@ class CpuSampler:
             self.times.append(time.time())
             self.percent.append(total)
 
-    def __enter__(self) -> "CpuSampler":
+    def __enter__(self) -> CpuSampler:
         self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
         self._thread.start()
         return self
@@ -188,16 +190,28 @@ class Sweep:
 
     def raw_samples(self) -> dict:
         """Everything measured, as plain data (what a grader re-derives figures from)."""
-        return {"kind": self.kind, "levels": list(self.levels), "runs": [r.raw_samples() for r in self.runs],
-                "metric_times": list(self.metric_times), "metric_rows": [dict(r) for r in self.metric_rows],
-                "cpu_times": list(self.cpu_times), "cpu_percent": list(self.cpu_percent)}
+        return {
+            "kind": self.kind,
+            "levels": list(self.levels),
+            "runs": [r.raw_samples() for r in self.runs],
+            "metric_times": list(self.metric_times),
+            "metric_rows": [dict(r) for r in self.metric_rows],
+            "cpu_times": list(self.cpu_times),
+            "cpu_percent": list(self.cpu_percent),
+        }
 
     @classmethod
-    def from_raw(cls, raw: dict) -> "Sweep":
+    def from_raw(cls, raw: dict) -> Sweep:
         """Rebuild a sweep (unstamped) from `raw_samples()`."""
-        return cls(raw["kind"], list(raw["levels"]), [LoadResult.from_raw(r) for r in raw["runs"]],
-                   list(raw["metric_times"]), [dict(r) for r in raw["metric_rows"]],
-                   list(raw["cpu_times"]), list(raw["cpu_percent"]))
+        return cls(
+            raw["kind"],
+            list(raw["levels"]),
+            [LoadResult.from_raw(r) for r in raw["runs"]],
+            list(raw["metric_times"]),
+            [dict(r) for r in raw["metric_rows"]],
+            list(raw["cpu_times"]),
+            list(raw["cpu_percent"]),
+        )
 
     def window(self, i: int) -> tuple[float, float]:
         """(start, end) wall-clock time of level i's run."""
@@ -215,9 +229,18 @@ class Sweep:
         return out
 
 
-def run_sweep(server, prompts: Sequence[str], levels: Sequence[float], *, kind: str = "open",
-              num_requests: int = 12, max_tokens: int = 16, interval: float = 0.2, seed: int = 0,
-              concurrency_cap: int | None = None) -> Sweep:
+def run_sweep(
+    server,
+    prompts: Sequence[str],
+    levels: Sequence[float],
+    *,
+    kind: str = "open",
+    num_requests: int = 12,
+    max_tokens: int = 16,
+    interval: float = 0.2,
+    seed: int = 0,
+    concurrency_cap: int | None = None,
+) -> Sweep:
     """Run one load level after another against `server` (a VLLMServer), sampling its gauges and CPU.
 
     kind "open": levels are Poisson request rates; "closed": levels are fixed concurrencies.
@@ -229,14 +252,40 @@ def run_sweep(server, prompts: Sequence[str], levels: Sequence[float], *, kind: 
     if kind not in ("open", "closed"):
         raise ValueError(f"kind must be 'open' or 'closed', got {kind!r}")
     runs = []
-    with MetricsSampler(server.url, names=GAUGES, interval=interval) as ms, \
-            CpuSampler(server.pid, interval=interval) as cpu:
+    with (
+        MetricsSampler(server.url, names=GAUGES, interval=interval) as ms,
+        CpuSampler(server.pid, interval=interval) as cpu,
+    ):
         for lvl in levels:
-            kw = dict(rate=float(lvl), concurrency=concurrency_cap) if kind == "open" else dict(concurrency=int(lvl))
-            runs.append(run_load(server.base_url, server.model_name, prompts, num_requests=num_requests,
-                                 max_tokens=max_tokens, ignore_eos=True, api_key=server.api_key, seed=seed, **kw))
-    return stamp(Sweep(kind, [float(x) for x in levels], runs, list(ms.times), [dict(r) for r in ms.rows],
-                       list(cpu.times), list(cpu.percent)))
+            kw = (
+                dict(rate=float(lvl), concurrency=concurrency_cap)
+                if kind == "open"
+                else dict(concurrency=int(lvl))
+            )
+            runs.append(
+                run_load(
+                    server.base_url,
+                    server.model_name,
+                    prompts,
+                    num_requests=num_requests,
+                    max_tokens=max_tokens,
+                    ignore_eos=True,
+                    api_key=server.api_key,
+                    seed=seed,
+                    **kw,
+                )
+            )
+    return stamp(
+        Sweep(
+            kind,
+            [float(x) for x in levels],
+            runs,
+            list(ms.times),
+            [dict(r) for r in ms.rows],
+            list(cpu.times),
+            list(cpu.percent),
+        )
+    )
 
 
 def level_row(run: LoadResult, slo: SLO) -> dict:
@@ -252,9 +301,16 @@ def level_row(run: LoadResult, slo: SLO) -> dict:
     p.update(zip(("e2e_p50", "e2e_p95", "e2e_p99"), percentiles(e2e)))
     p["itl_p50"], p["itl_p95"] = percentiles(itl, (50, 95))
     good = goodput_rps(run.records, slo, dur)
-    return {"requests": len(run.records), "errors": len(run.records) - len(recs), "duration_s": dur,
-            "throughput_rps": len(recs) / dur, "output_tok_s": sum(r.output_tokens for r in recs) / dur,
-            "goodput_rps": good, "slo_violations": 1 - good * dur / max(len(run.records), 1), **p}
+    return {
+        "requests": len(run.records),
+        "errors": len(run.records) - len(recs),
+        "duration_s": dur,
+        "throughput_rps": len(recs) / dur,
+        "output_tok_s": sum(r.output_tokens for r in recs) / dur,
+        "goodput_rps": good,
+        "slo_violations": 1 - good * dur / max(len(run.records), 1),
+        **p,
+    }
 
 
 def sweep_table(sweep: Sweep, slo: SLO) -> list[dict]:
@@ -277,12 +333,35 @@ def littles_law(run: LoadResult, metric_times: Sequence[float], metric_rows: Seq
     w = sum(r.e2e for r in recs) / len(recs)
     a, b = run.started_at, run.started_at + dur
     inside = [r for t, r in zip(metric_times, metric_rows) if a <= t <= b]
-    l_server = (sum(r["vllm:num_requests_running"] + r["vllm:num_requests_waiting"] for r in inside) / len(inside)
-                if inside else math.nan)
-    return {"lambda_rps": lam, "W_s": w, "L_client": lam * w, "L_server": l_server, "samples": len(inside),
-            "ratio": l_server / (lam * w) if lam * w > 0 else math.nan}
+    l_server = (
+        sum(r["vllm:num_requests_running"] + r["vllm:num_requests_waiting"] for r in inside) / len(inside)
+        if inside
+        else math.nan
+    )
+    return {
+        "lambda_rps": lam,
+        "W_s": w,
+        "L_client": lam * w,
+        "L_server": l_server,
+        "samples": len(inside),
+        "ratio": l_server / (lam * w) if lam * w > 0 else math.nan,
+    }
 
 
-__all__ = ["GAUGES", "SLO", "CpuSampler", "Sweep", "fit_step_cost", "goodput_rps", "intended_starts",
-           "knee_index", "knee_rate_model", "latency_from_intended", "level_row", "littles_law",
-           "percentiles", "run_sweep", "sweep_table"]
+__all__ = [
+    "GAUGES",
+    "SLO",
+    "CpuSampler",
+    "Sweep",
+    "fit_step_cost",
+    "goodput_rps",
+    "intended_starts",
+    "knee_index",
+    "knee_rate_model",
+    "latency_from_intended",
+    "level_row",
+    "littles_law",
+    "percentiles",
+    "run_sweep",
+    "sweep_table",
+]

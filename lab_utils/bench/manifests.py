@@ -18,7 +18,6 @@ import re
 from pathlib import Path
 
 
-
 def _find_k8s_dir() -> Path:
     """docker/k8s of the course repository, also when lab_utils runs from a copy (the grader's kernel)."""
     candidates = [Path(__file__).resolve().parents[2]]
@@ -30,7 +29,7 @@ def _find_k8s_dir() -> Path:
 
         url = json.loads(distribution("llm-serving-lab").read_text("direct_url.json") or "{}").get("url", "")
         if url.startswith("file://"):
-            candidates.append(Path(url[len("file://"):]))
+            candidates.append(Path(url[len("file://") :]))
     except Exception:
         pass
     for root in candidates:
@@ -61,8 +60,10 @@ def validate_resource(doc: dict) -> list[str]:
 
         schema = json.loads(KEDA_SCHEMA.read_text())
         validator = jsonschema.Draft202012Validator(schema)
-        return [f"ScaledObject: {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
-                for e in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))]
+        return [
+            f"ScaledObject: {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
+            for e in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
+        ]
     import kubernetes_validate
 
     try:
@@ -102,5 +103,12 @@ def vllm_metric_names(directory: str | Path = K8S_DIR) -> dict[str, set[str]]:
     return out
 
 
-__all__ = ["K8S_DIR", "KEDA_SCHEMA", "load_documents", "validate_all", "validate_file", "validate_resource",
-           "vllm_metric_names"]
+__all__ = [
+    "K8S_DIR",
+    "KEDA_SCHEMA",
+    "load_documents",
+    "validate_all",
+    "validate_file",
+    "validate_resource",
+    "vllm_metric_names",
+]

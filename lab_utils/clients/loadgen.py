@@ -143,14 +143,25 @@ def summarize(records: Sequence[RequestRecord], duration_s: float | None = None)
     out_tokens = sum(r.output_tokens for r in ok)
     per_s = (lambda n: n / duration_s) if duration_s > 0 else (lambda n: math.nan)
     return LoadSummary(
-        num_requests=len(records), num_ok=len(ok), num_errors=len(records) - len(ok),
-        duration_s=duration_s, requests_per_s=per_s(len(ok)),
-        output_tokens=out_tokens, output_tokens_per_s=per_s(out_tokens),
-        ttft_mean=_mean(ttft), ttft_p50=percentile(ttft, 50), ttft_p95=percentile(ttft, 95),
+        num_requests=len(records),
+        num_ok=len(ok),
+        num_errors=len(records) - len(ok),
+        duration_s=duration_s,
+        requests_per_s=per_s(len(ok)),
+        output_tokens=out_tokens,
+        output_tokens_per_s=per_s(out_tokens),
+        ttft_mean=_mean(ttft),
+        ttft_p50=percentile(ttft, 50),
+        ttft_p95=percentile(ttft, 95),
         ttft_p99=percentile(ttft, 99),
-        tpot_mean=_mean(tpot), tpot_p50=percentile(tpot, 50), tpot_p95=percentile(tpot, 95),
-        itl_p50=percentile(itl, 50), itl_p95=percentile(itl, 95),
-        e2e_mean=_mean(e2e), e2e_p50=percentile(e2e, 50), e2e_p95=percentile(e2e, 95),
+        tpot_mean=_mean(tpot),
+        tpot_p50=percentile(tpot, 50),
+        tpot_p95=percentile(tpot, 95),
+        itl_p50=percentile(itl, 50),
+        itl_p95=percentile(itl, 95),
+        e2e_mean=_mean(e2e),
+        e2e_p50=percentile(e2e, 50),
+        e2e_p95=percentile(e2e, 95),
         errors=[f"request {r.request_id}: {r.error}" for r in records if r.error],
     )
 
@@ -168,33 +179,75 @@ class LoadResult:
 
     def raw_samples(self) -> dict:
         """Every request's raw timings (what a grader re-derives the summary from)."""
-        return {"settings": self.settings, "started_at": self.started_at,
-                "records": [{"request_id": r.request_id, "start": r.start, "first_token": r.first_token,
-                             "finish": r.finish, "chunk_times": list(r.chunk_times),
-                             "output_tokens": r.output_tokens, "prompt_tokens": r.prompt_tokens,
-                             "error": r.error} for r in self.records]}
+        return {
+            "settings": self.settings,
+            "started_at": self.started_at,
+            "records": [
+                {
+                    "request_id": r.request_id,
+                    "start": r.start,
+                    "first_token": r.first_token,
+                    "finish": r.finish,
+                    "chunk_times": list(r.chunk_times),
+                    "output_tokens": r.output_tokens,
+                    "prompt_tokens": r.prompt_tokens,
+                    "error": r.error,
+                }
+                for r in self.records
+            ],
+        }
 
     @classmethod
-    def from_raw(cls, raw: dict) -> "LoadResult":
+    def from_raw(cls, raw: dict) -> LoadResult:
         """Rebuild records and the summary from `raw_samples()` (how a check re-derives figures)."""
-        recs = [RequestRecord(request_id=d["request_id"], start=d["start"], first_token=d["first_token"],
-                              finish=d["finish"], chunk_times=list(d["chunk_times"]),
-                              output_tokens=d["output_tokens"], prompt_tokens=d["prompt_tokens"],
-                              error=d["error"]) for d in raw["records"]]
-        return cls(recs, summarize(recs, raw["settings"].get("duration_s")), raw["started_at"],
-                   dict(raw["settings"]))
+        recs = [
+            RequestRecord(
+                request_id=d["request_id"],
+                start=d["start"],
+                first_token=d["first_token"],
+                finish=d["finish"],
+                chunk_times=list(d["chunk_times"]),
+                output_tokens=d["output_tokens"],
+                prompt_tokens=d["prompt_tokens"],
+                error=d["error"],
+            )
+            for d in raw["records"]
+        ]
+        return cls(
+            recs, summarize(recs, raw["settings"].get("duration_s")), raw["started_at"], dict(raw["settings"])
+        )
 
     def timeline(self) -> list[dict]:
         """Per-request rows (request_id, start, first_token, finish, output_tokens, error) for plots."""
-        return [{"request_id": r.request_id, "start": r.start, "first_token": r.first_token,
-                 "finish": r.finish, "output_tokens": r.output_tokens, "error": r.error}
-                for r in self.records]
+        return [
+            {
+                "request_id": r.request_id,
+                "start": r.start,
+                "first_token": r.first_token,
+                "finish": r.finish,
+                "output_tokens": r.output_tokens,
+                "error": r.error,
+            }
+            for r in self.records
+        ]
 
 
-def _payload(endpoint: str, model: str, prompt: str | list[dict], max_tokens: int,
-             temperature: float, ignore_eos: bool, extra_body: dict | None) -> dict:
-    body: dict = {"model": model, "max_tokens": max_tokens, "temperature": temperature, "stream": True,
-                  "stream_options": {"include_usage": True}}
+def _payload(
+    endpoint: str,
+    model: str,
+    prompt: str | list[dict],
+    max_tokens: int,
+    temperature: float,
+    ignore_eos: bool,
+    extra_body: dict | None,
+) -> dict:
+    body: dict = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if endpoint == "chat":
         body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
     else:
@@ -215,8 +268,9 @@ def _chunk_text(endpoint: str, event: dict) -> str:
     return choices[0].get("text") or ""
 
 
-async def _one_request(client, url: str, headers: dict, body: dict, endpoint: str, rec: RequestRecord,
-                       t0: float, timeout: float) -> None:
+async def _one_request(
+    client, url: str, headers: dict, body: dict, endpoint: str, rec: RequestRecord, t0: float, timeout: float
+) -> None:
     chunks = 0
     try:
         async with client.stream("POST", url, json=body, headers=headers, timeout=timeout) as resp:
@@ -298,17 +352,21 @@ async def run_load_async(
     url = base_url.rstrip("/") + ("/chat/completions" if endpoint == "chat" else "/completions")
     headers = {"Authorization": f"Bearer {api_key}"}
     in_flight = int(concurrency) if concurrency is not None else n
-    limits = httpx.Limits(max_connections=max(in_flight, 1) + 4, max_keepalive_connections=max(in_flight, 1) + 4)
+    limits = httpx.Limits(
+        max_connections=max(in_flight, 1) + 4, max_keepalive_connections=max(in_flight, 1) + 4
+    )
     records: list[RequestRecord] = []
     started_at = time.time()
     t0 = time.perf_counter()
 
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+
         def launch(i: int) -> asyncio.Task:
             rec = RequestRecord(request_id=i, start=time.perf_counter() - t0)
             records.append(rec)
-            body = _payload(endpoint, model, prompts[i % len(prompts)], max_tokens, temperature,
-                            ignore_eos, extra_body)
+            body = _payload(
+                endpoint, model, prompts[i % len(prompts)], max_tokens, temperature, ignore_eos, extra_body
+            )
             return asyncio.ensure_future(_one_request(client, url, headers, body, endpoint, rec, t0, timeout))
 
         if rate is None:  # closed loop: `in_flight` workers pull the next request id
@@ -335,9 +393,17 @@ async def run_load_async(
             await asyncio.gather(*tasks)
     duration = time.perf_counter() - t0
     records.sort(key=lambda r: r.request_id)
-    settings = {"num_requests": n, "concurrency": concurrency, "rate": rate, "max_tokens": max_tokens,
-                "temperature": temperature, "endpoint": endpoint, "ignore_eos": ignore_eos, "seed": seed,
-                "duration_s": duration}
+    settings = {
+        "num_requests": n,
+        "concurrency": concurrency,
+        "rate": rate,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "endpoint": endpoint,
+        "ignore_eos": ignore_eos,
+        "seed": seed,
+        "duration_s": duration,
+    }
     from lab_utils.grading.provenance import stamp
 
     return stamp(LoadResult(records, summarize(records, duration), started_at, settings))

@@ -49,7 +49,7 @@ def _parse_labels(text: str, lineno: int) -> tuple[dict[str, str], int]:
             return labels, i + 1
         eq = text.find("=", i)
         if eq < 0 or eq + 1 >= len(text) or text[eq + 1] != '"':
-            raise ValueError(f"line {lineno}: expected name=\"value\" in labels, got {text[i:i + 30]!r}")
+            raise ValueError(f'line {lineno}: expected name="value" in labels, got {text[i : i + 30]!r}')
         key = text[i:eq].strip()
         i = eq + 2
         value = []
@@ -91,7 +91,7 @@ def parse_prometheus(text: str) -> list[Sample]:
         if brace >= 0 and (space < 0 or brace < space):
             name = line[:brace]
             labels, end = _parse_labels(line[brace:], lineno)
-            rest = line[brace + end:].split()
+            rest = line[brace + end :].split()
         else:
             name, _, tail = line.partition(" ")
             labels, rest = {}, tail.split()
@@ -103,8 +103,9 @@ def parse_prometheus(text: str) -> list[Sample]:
 
 def metric_value(samples: Sequence[Sample], name: str, **labels: str) -> float:
     """Sum of the samples called `name` whose labels include `labels` (nan when none match)."""
-    hits = [s.value for s in samples
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+    hits = [
+        s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
     return sum(hits) if hits else math.nan
 
 
@@ -192,7 +193,7 @@ class MetricsSampler:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - t)))
 
-    def start(self) -> "MetricsSampler":
+    def start(self) -> MetricsSampler:
         """Start sampling in the background."""
         if self._thread is None or not self._thread.is_alive():
             self._stop.clear()
@@ -210,7 +211,7 @@ class MetricsSampler:
         except Exception as exc:
             self.errors.append(f"{type(exc).__name__}: {exc}")
 
-    def __enter__(self) -> "MetricsSampler":
+    def __enter__(self) -> MetricsSampler:
         return self.start()
 
     def __exit__(self, *exc) -> None:

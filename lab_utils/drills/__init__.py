@@ -63,8 +63,19 @@ def make_drills(seed: int, topics: list[str] | None = None, n: int = 20) -> list
     drills = []
     for i, topic in enumerate(order[:n]):
         s = GENERATORS[topic](random.Random(f"{int(seed)}:{i}:{topic}"))
-        drills.append(Drill(f"{int(seed)}-{i:02d}", topic, s.kind, s.question, float(s.answer), s.unit,
-                            s.tolerance, s.explanation, dict(s.inputs)))
+        drills.append(
+            Drill(
+                f"{int(seed)}-{i:02d}",
+                topic,
+                s.kind,
+                s.question,
+                float(s.answer),
+                s.unit,
+                s.tolerance,
+                s.explanation,
+                dict(s.inputs),
+            )
+        )
     return drills
 
 

@@ -22,8 +22,16 @@ def valid_tp_degrees(num_heads: int, num_kv_heads: int, max_tp: int = 8) -> list
     return [tp for tp in range(1, int(max_tp) + 1) if num_heads % tp == 0 and num_kv_heads % tp == 0]
 
 
-def gpus_needed(weights_gb: float, kv_gb: float, gpu_memory_gb: float, utilization: float,
-                reserve_gb: float, num_heads: int, num_kv_heads: int, max_tp: int = 8) -> int | None:
+def gpus_needed(
+    weights_gb: float,
+    kv_gb: float,
+    gpu_memory_gb: float,
+    utilization: float,
+    reserve_gb: float,
+    num_heads: int,
+    num_kv_heads: int,
+    max_tp: int = 8,
+) -> int | None:
     """Smallest TP degree whose per-GPU share of weights and KV fits, or None when no degree fits.
 
     Per GPU: (weights + KV) / TP + reserve (activations, CUDA context) <= utilization x memory.
@@ -53,8 +61,9 @@ def critical_batch(peak_tflops: float, bandwidth_gb_s: float, bytes_per_param: f
     return ridge_point(peak_tflops, bandwidth_gb_s) * bytes_per_param / 2.0
 
 
-def prefill_ttft_s(num_params: float, prompt_tokens: int, peak_tflops: float, mfu: float,
-                   num_gpus: int = 1) -> float:
+def prefill_ttft_s(
+    num_params: float, prompt_tokens: int, peak_tflops: float, mfu: float, num_gpus: int = 1
+) -> float:
     """Compute-bound prefill time: 2 FLOPs per parameter per prompt token at `mfu` of the peak."""
     flops = 2.0 * num_params * prompt_tokens
     return flops / (num_gpus * _positive("peak_tflops", peak_tflops) * 1e12 * _positive("mfu", mfu))
@@ -71,7 +80,7 @@ def batching_gain(output_lens: Sequence[int], batch_size: int) -> float:
     lens = [int(x) for x in output_lens]
     if not lens or batch_size < 1:
         raise ValueError("need at least one output length and batch_size >= 1")
-    static = sum(max(lens[i:i + batch_size]) for i in range(0, len(lens), batch_size))
+    static = sum(max(lens[i : i + batch_size]) for i in range(0, len(lens), batch_size))
     continuous = sum(lens) / batch_size
     return static / continuous
 
@@ -86,8 +95,13 @@ def max_rate(concurrency: float, latency_s: float) -> float:
     return concurrency / _positive("latency_s", latency_s)
 
 
-def goodput(ttfts_s: Sequence[float], tpots_s: Sequence[float], duration_s: float,
-            ttft_slo_s: float, tpot_slo_s: float) -> float:
+def goodput(
+    ttfts_s: Sequence[float],
+    tpots_s: Sequence[float],
+    duration_s: float,
+    ttft_slo_s: float,
+    tpot_slo_s: float,
+) -> float:
     """Requests per second that met BOTH latency targets (the others do not count)."""
     ok = sum(1 for a, b in zip(ttfts_s, tpots_s) if a <= ttft_slo_s and b <= tpot_slo_s)
     return ok / _positive("duration_s", duration_s)
@@ -128,7 +142,8 @@ def cost_per_million_tokens(price_per_gpu_hour: float, num_gpus: int, tokens_per
     return price_per_gpu_hour * num_gpus / (_positive("tokens_per_s", tokens_per_s) * 3600) * 1e6
 
 
-def replicas_needed(rate: float, tokens_per_request: float, tokens_per_s_per_replica: float,
-                    headroom: float = 0.7) -> int:
+def replicas_needed(
+    rate: float, tokens_per_request: float, tokens_per_s_per_replica: float, headroom: float = 0.7
+) -> int:
     """Replicas for a token demand, running each at `headroom` of its measured capacity."""
     return max(1, math.ceil(rate * tokens_per_request / (tokens_per_s_per_replica * headroom)))

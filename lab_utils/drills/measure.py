@@ -25,9 +25,14 @@ class BatchingMeasurement:
     provenance: str = ""
 
     def raw_samples(self) -> dict:
-        return {"batch_size": self.batch_size, "prompt_len": self.prompt_len, "output_lens": self.output_lens,
-                "static_finish_s": self.static_finish_s, "continuous_finish_s": self.continuous_finish_s,
-                "cost": self.cost}
+        return {
+            "batch_size": self.batch_size,
+            "prompt_len": self.prompt_len,
+            "output_lens": self.output_lens,
+            "static_finish_s": self.static_finish_s,
+            "continuous_finish_s": self.continuous_finish_s,
+            "cost": self.cost,
+        }
 
     @property
     def gain(self) -> float:
@@ -36,11 +41,19 @@ class BatchingMeasurement:
 
     def tokens_per_s(self) -> dict[str, float]:
         total = sum(self.output_lens)
-        return {"static": total / max(self.static_finish_s), "continuous": total / max(self.continuous_finish_s)}
+        return {
+            "static": total / max(self.static_finish_s),
+            "continuous": total / max(self.continuous_finish_s),
+        }
 
 
-def measure_batching_gain(output_lens: list[int], batch_size: int, prompt_len: int = 32,
-                          fixed_s: float = 0.025, per_token_s: float = 0.001) -> BatchingMeasurement:
+def measure_batching_gain(
+    output_lens: list[int],
+    batch_size: int,
+    prompt_len: int = 32,
+    fixed_s: float = 0.025,
+    per_token_s: float = 0.001,
+) -> BatchingMeasurement:
     """Simulate the workload under StaticBatching and ContinuousBatching and return the stamped finish times."""
     from lab_utils.grading.provenance import stamp
     from lab_utils.sim import ContinuousBatching, StaticBatching, StepCostModel, fixed_workload, simulate
@@ -50,12 +63,19 @@ def measure_batching_gain(output_lens: list[int], batch_size: int, prompt_len: i
     work = fixed_workload([int(prompt_len)] * len(lens), lens)
     budget = max(2048, int(batch_size) * (int(prompt_len) + 1))
     runs = {}
-    for name, policy in (("static", StaticBatching(batch_size=int(batch_size))),
-                         ("continuous", ContinuousBatching(max_num_seqs=int(batch_size),
-                                                           max_num_batched_tokens=budget))):
+    for name, policy in (
+        ("static", StaticBatching(batch_size=int(batch_size))),
+        ("continuous", ContinuousBatching(max_num_seqs=int(batch_size), max_num_batched_tokens=budget)),
+    ):
         result = simulate(work, policy, cost)
         finish = {r.request_id: r.finish_time for r in result.requests}
         runs[name] = [float(finish[i]) for i in range(len(lens))]
-    m = BatchingMeasurement(int(batch_size), int(prompt_len), lens, runs["static"], runs["continuous"],
-                            {"fixed_s": fixed_s, "per_token_s": per_token_s})
+    m = BatchingMeasurement(
+        int(batch_size),
+        int(prompt_len),
+        lens,
+        runs["static"],
+        runs["continuous"],
+        {"fixed_s": fixed_s, "per_token_s": per_token_s},
+    )
     return stamp(m)

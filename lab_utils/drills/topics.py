@@ -10,8 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from lab_utils.memory import (GPUS, PRICES_AS_OF, activation_bytes, kv_cache_bytes_per_token,
-                              weight_bytes)
+from lab_utils.memory import GPUS, PRICES_AS_OF, activation_bytes, kv_cache_bytes_per_token, weight_bytes
 
 from . import calc
 from .shapes import LARGE, MODELS, SMALL
@@ -31,29 +30,45 @@ class Spec:
 
 
 def _gpu(rng: random.Random, names=None):
-    return GPUS[rng.choice(names or ["A10G", "L4", "L40S", "A100-40GB", "A100-80GB", "H100-80GB", "H200", "B200"])]
+    return GPUS[
+        rng.choice(names or ["A10G", "L4", "L40S", "A100-40GB", "A100-80GB", "H100-80GB", "H200", "B200"])
+    ]
 
 
 def _shape(spec) -> dict:
-    return {"model": spec.name, "layers": spec.num_layers, "heads": spec.num_attention_heads,
-            "kv_heads": spec.num_kv_heads, "head_dim": spec.head_dim}
+    return {
+        "model": spec.name,
+        "layers": spec.num_layers,
+        "heads": spec.num_attention_heads,
+        "kv_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim,
+    }
 
 
 def kv_cache(rng: random.Random) -> Spec:
     spec = MODELS[rng.choice(SMALL + LARGE)]
     dtype, nbytes = rng.choice([("bfloat16", 2), ("fp8", 1)])
     per_token = kv_cache_bytes_per_token(spec, dtype)
-    shape = (f"{spec.name} ({spec.num_layers} layers, {spec.num_attention_heads} query heads, "
-             f"{spec.num_kv_heads} KV heads, head_dim {spec.head_dim}) with a {dtype} KV cache")
-    formula = (f"2 (K and V) x {spec.num_layers} layers x {spec.num_kv_heads} KV heads x {spec.head_dim} "
-               f"x {nbytes} B = {per_token:,} B = {per_token / 1024:g} KiB per token")
+    shape = (
+        f"{spec.name} ({spec.num_layers} layers, {spec.num_attention_heads} query heads, "
+        f"{spec.num_kv_heads} KV heads, head_dim {spec.head_dim}) with a {dtype} KV cache"
+    )
+    formula = (
+        f"2 (K and V) x {spec.num_layers} layers x {spec.num_kv_heads} KV heads x {spec.head_dim} "
+        f"x {nbytes} B = {per_token:,} B = {per_token / 1024:g} KiB per token"
+    )
     inputs = {**_shape(spec), "dtype_bytes": nbytes}
     if rng.random() < 0.5:
-        return Spec("kv_bytes_per_token", f"{shape}: how many KiB of KV cache does one token take?",
-                    per_token / 1024, "KiB", 0.01,
-                    f"{formula}. Only KV heads count: grouped-query attention is why this is "
-                    f"{spec.num_attention_heads // spec.num_kv_heads}x smaller than with one KV head per query head.",
-                    inputs)
+        return Spec(
+            "kv_bytes_per_token",
+            f"{shape}: how many KiB of KV cache does one token take?",
+            per_token / 1024,
+            "KiB",
+            0.01,
+            f"{formula}. Only KV heads count: grouped-query attention is why this is "
+            f"{spec.num_attention_heads // spec.num_kv_heads}x smaller than with one KV head per query head.",
+            inputs,
+        )
     while True:  # at least one request must fit, or the question has no interesting answer
         kv_gb = rng.choice([8, 16, 24, 40, 60])
         context = rng.choice([2048, 4096, 8192, 16384, 32768])
@@ -61,13 +76,17 @@ def kv_cache(rng: random.Random) -> Spec:
         if tokens >= context:
             break
     answer = float(int(tokens // context))
-    return Spec("kv_concurrency",
-                f"{shape}: {kv_gb} GB (10^9 B) of memory is left for KV cache. How many requests of "
-                f"{context:,} tokens fit at once (whole requests, round down)?",
-                answer, "requests", 0.001,
-                f"{formula}; {kv_gb} GB / {per_token:,} B = {tokens:,.0f} tokens; / {context:,} = "
-                f"{tokens / context:.2f}, so {answer:.0f} requests (block rounding takes a little more).",
-                {**inputs, "kv_gb": kv_gb, "context": context})
+    return Spec(
+        "kv_concurrency",
+        f"{shape}: {kv_gb} GB (10^9 B) of memory is left for KV cache. How many requests of "
+        f"{context:,} tokens fit at once (whole requests, round down)?",
+        answer,
+        "requests",
+        0.001,
+        f"{formula}; {kv_gb} GB / {per_token:,} B = {tokens:,.0f} tokens; / {context:,} = "
+        f"{tokens / context:.2f}, so {answer:.0f} requests (block rounding takes a little more).",
+        {**inputs, "kv_gb": kv_gb, "context": context},
+    )
 
 
 def gpus_tp(rng: random.Random) -> Spec:
@@ -80,27 +99,42 @@ def gpus_tp(rng: random.Random) -> Spec:
         kv_gb = round(users * context * kv_cache_bytes_per_token(spec, "bfloat16") / GB, 1)
         mem_gb = round(gpu.memory_bytes / GB, 1)
         util, reserve = 0.9, rng.choice([2.0, 3.0, 4.0])
-        tp = calc.gpus_needed(weights_gb, kv_gb, mem_gb, util, reserve, spec.num_attention_heads, spec.num_kv_heads)
+        tp = calc.gpus_needed(
+            weights_gb, kv_gb, mem_gb, util, reserve, spec.num_attention_heads, spec.num_kv_heads
+        )
         if tp is not None and (tp > 1 or rng.random() < 0.2):
             break
     usable = util * mem_gb - reserve
     by_memory = -(-(weights_gb + kv_gb) // usable)
     valid = calc.valid_tp_degrees(spec.num_attention_heads, spec.num_kv_heads)
-    return Spec("gpus_needed",
-                f"Serve {spec.name} ({spec.num_attention_heads} attention heads, {spec.num_kv_heads} KV heads) "
-                f"with {wdesc} weights of {weights_gb} GB plus {kv_gb} GB of bf16 KV cache ({users} users x "
-                f"{context:,} tokens) on {gpu.name} ({mem_gb} GB each) at gpu_memory_utilization {util}, "
-                f"keeping {reserve} GB per GPU for activations and CUDA context. Tensor parallelism must "
-                "divide both the attention heads and the KV heads, at most 8 GPUs in a node. "
-                "How many GPUs (the TP degree)?",
-                float(tp), "GPUs", 0.001,
-                f"Usable per GPU: {util} x {mem_gb} - {reserve} = {usable:.1f} GB. By memory: "
-                f"ceil(({weights_gb} + {kv_gb}) / {usable:.1f}) = {by_memory:.0f}. Valid TP degrees: {valid}; "
-                f"the smallest that is at least {by_memory:.0f} is {tp}. Rounding the ratio down (int()) "
-                "hands back one GPU too few; and a count the heads do not divide cannot be used.",
-                {"weights_gb": weights_gb, "kv_gb": kv_gb, "gpu_memory_gb": mem_gb, "utilization": util,
-                 "reserve_gb": reserve, "heads": spec.num_attention_heads, "kv_heads": spec.num_kv_heads,
-                 "max_tp": 8, "model": spec.name, "gpu": gpu.name})
+    return Spec(
+        "gpus_needed",
+        f"Serve {spec.name} ({spec.num_attention_heads} attention heads, {spec.num_kv_heads} KV heads) "
+        f"with {wdesc} weights of {weights_gb} GB plus {kv_gb} GB of bf16 KV cache ({users} users x "
+        f"{context:,} tokens) on {gpu.name} ({mem_gb} GB each) at gpu_memory_utilization {util}, "
+        f"keeping {reserve} GB per GPU for activations and CUDA context. Tensor parallelism must "
+        "divide both the attention heads and the KV heads, at most 8 GPUs in a node. "
+        "How many GPUs (the TP degree)?",
+        float(tp),
+        "GPUs",
+        0.001,
+        f"Usable per GPU: {util} x {mem_gb} - {reserve} = {usable:.1f} GB. By memory: "
+        f"ceil(({weights_gb} + {kv_gb}) / {usable:.1f}) = {by_memory:.0f}. Valid TP degrees: {valid}; "
+        f"the smallest that is at least {by_memory:.0f} is {tp}. Rounding the ratio down (int()) "
+        "hands back one GPU too few; and a count the heads do not divide cannot be used.",
+        {
+            "weights_gb": weights_gb,
+            "kv_gb": kv_gb,
+            "gpu_memory_gb": mem_gb,
+            "utilization": util,
+            "reserve_gb": reserve,
+            "heads": spec.num_attention_heads,
+            "kv_heads": spec.num_kv_heads,
+            "max_tp": 8,
+            "model": spec.name,
+            "gpu": gpu.name,
+        },
+    )
 
 
 def memory_terms(rng: random.Random) -> Spec:
@@ -110,29 +144,48 @@ def memory_terms(rng: random.Random) -> Spec:
         per_token = kv_cache_bytes_per_token(spec, "bfloat16")
         w = weight_bytes(spec, "bfloat16")
         ratio = batch * context * per_token / w
-        return Spec("kv_to_weights",
-                    f"{spec.name} in bf16 ({spec.num_params / 1e9:.2f} B parameters; KV {per_token:,} B per token). "
-                    f"{batch} sequences of {context:,} tokens: how many times the weight memory is their KV cache?",
-                    ratio, "x", 0.02,
-                    f"KV: {batch} x {context:,} x {per_token:,} B = {batch * context * per_token / GB:.1f} GB; "
-                    f"weights: {spec.num_params / 1e9:.2f} B x 2 B = {w / GB:.1f} GB; ratio {ratio:.2f}. "
-                    "At long contexts and large batches the KV cache, not the weights, decides the GPU count.",
-                    {"batch": batch, "context": context, "kv_bytes_per_token": per_token,
-                     "num_params": spec.num_params, "bytes_per_param": 2})
+        return Spec(
+            "kv_to_weights",
+            f"{spec.name} in bf16 ({spec.num_params / 1e9:.2f} B parameters; KV {per_token:,} B per token). "
+            f"{batch} sequences of {context:,} tokens: how many times the weight memory is their KV cache?",
+            ratio,
+            "x",
+            0.02,
+            f"KV: {batch} x {context:,} x {per_token:,} B = {batch * context * per_token / GB:.1f} GB; "
+            f"weights: {spec.num_params / 1e9:.2f} B x 2 B = {w / GB:.1f} GB; ratio {ratio:.2f}. "
+            "At long contexts and large batches the KV cache, not the weights, decides the GPU count.",
+            {
+                "batch": batch,
+                "context": context,
+                "kv_bytes_per_token": per_token,
+                "num_params": spec.num_params,
+                "bytes_per_param": 2,
+            },
+        )
     tokens, seqs = rng.choice([2048, 4096, 8192, 16384]), rng.choice([128, 256, 512])
     act = activation_bytes(spec, max_num_batched_tokens=tokens, max_num_seqs=seqs)
-    return Spec("activation_gb",
-                f"{spec.name} (hidden {spec.hidden_size}, intermediate {spec.intermediate_size}, vocab "
-                f"{spec.vocab_size:,}) in bf16, one GPU: estimate vLLM's activation peak for "
-                f"max_num_batched_tokens={tokens:,} and max_num_seqs={seqs}, with the course's model "
-                "tokens x (2 x hidden + 3 x intermediate) x 2 B + seqs x vocab x (2 + 4) B. In GB?",
-                act / GB, "GB", 0.01,
-                f"MLP peak: {tokens:,} x (2 x {spec.hidden_size} + 3 x {spec.intermediate_size}) x 2 B = "
-                f"{tokens * (2 * spec.hidden_size + 3 * spec.intermediate_size) * 2 / GB:.2f} GB; logits: "
-                f"{seqs} x {spec.vocab_size:,} x 6 B = {seqs * spec.vocab_size * 6 / GB:.2f} GB; total "
-                f"{act / GB:.2f} GB: small next to weights, and it scales with the token budget, not context.",
-                {"tokens": tokens, "seqs": seqs, "hidden": spec.hidden_size,
-                 "intermediate": spec.intermediate_size, "vocab": spec.vocab_size, "dtype_bytes": 2})
+    return Spec(
+        "activation_gb",
+        f"{spec.name} (hidden {spec.hidden_size}, intermediate {spec.intermediate_size}, vocab "
+        f"{spec.vocab_size:,}) in bf16, one GPU: estimate vLLM's activation peak for "
+        f"max_num_batched_tokens={tokens:,} and max_num_seqs={seqs}, with the course's model "
+        "tokens x (2 x hidden + 3 x intermediate) x 2 B + seqs x vocab x (2 + 4) B. In GB?",
+        act / GB,
+        "GB",
+        0.01,
+        f"MLP peak: {tokens:,} x (2 x {spec.hidden_size} + 3 x {spec.intermediate_size}) x 2 B = "
+        f"{tokens * (2 * spec.hidden_size + 3 * spec.intermediate_size) * 2 / GB:.2f} GB; logits: "
+        f"{seqs} x {spec.vocab_size:,} x 6 B = {seqs * spec.vocab_size * 6 / GB:.2f} GB; total "
+        f"{act / GB:.2f} GB: small next to weights, and it scales with the token budget, not context.",
+        {
+            "tokens": tokens,
+            "seqs": seqs,
+            "hidden": spec.hidden_size,
+            "intermediate": spec.intermediate_size,
+            "vocab": spec.vocab_size,
+            "dtype_bytes": 2,
+        },
+    )
 
 
 def roofline(rng: random.Random) -> Spec:
@@ -141,19 +194,31 @@ def roofline(rng: random.Random) -> Spec:
     head = f"{gpu.name}: {gpu.bf16_tflops:g} dense bf16 TFLOP/s, {gpu.bandwidth_gb_s:g} GB/s."
     inputs = {"gpu": gpu.name, "peak_tflops": gpu.bf16_tflops, "bandwidth_gb_s": gpu.bandwidth_gb_s}
     if rng.random() < 0.4:
-        return Spec("ridge_point", f"{head} Where is the ridge point, in FLOPs per byte?", ridge, "FLOP/B", 0.01,
-                    f"{gpu.bf16_tflops:g}e12 / {gpu.bandwidth_gb_s:g}e9 = {ridge:.0f} FLOP/B: a kernel doing "
-                    "fewer FLOPs per byte it reads is bandwidth-bound on this GPU.", inputs)
+        return Spec(
+            "ridge_point",
+            f"{head} Where is the ridge point, in FLOPs per byte?",
+            ridge,
+            "FLOP/B",
+            0.01,
+            f"{gpu.bf16_tflops:g}e12 / {gpu.bandwidth_gb_s:g}e9 = {ridge:.0f} FLOP/B: a kernel doing "
+            "fewer FLOPs per byte it reads is bandwidth-bound on this GPU.",
+            inputs,
+        )
     wdesc, nbytes = rng.choice([("bf16", 2.0), ("FP8", 1.0), ("4-bit", 0.5)])
     batch = calc.critical_batch(gpu.bf16_tflops, gpu.bandwidth_gb_s, nbytes)
-    return Spec("critical_batch",
-                f"{head} Decoding with {wdesc} weights ({nbytes:g} B per parameter), ignoring KV-cache "
-                "reads: at what batch size does a decode step stop being bandwidth-bound?",
-                batch, "sequences", 0.01,
-                f"Each weight is read once per step ({nbytes:g} B) and used for 2 FLOPs per sequence: "
-                f"intensity = 2 x batch / {nbytes:g}. Ridge = {ridge:.0f} FLOP/B, so batch = {ridge:.0f} x "
-                f"{nbytes:g} / 2 = {batch:.0f}. KV reads grow with batch and context and push it further out; "
-                "smaller weights pull it in.", {**inputs, "bytes_per_param": nbytes})
+    return Spec(
+        "critical_batch",
+        f"{head} Decoding with {wdesc} weights ({nbytes:g} B per parameter), ignoring KV-cache "
+        "reads: at what batch size does a decode step stop being bandwidth-bound?",
+        batch,
+        "sequences",
+        0.01,
+        f"Each weight is read once per step ({nbytes:g} B) and used for 2 FLOPs per sequence: "
+        f"intensity = 2 x batch / {nbytes:g}. Ridge = {ridge:.0f} FLOP/B, so batch = {ridge:.0f} x "
+        f"{nbytes:g} / 2 = {batch:.0f}. KV reads grow with batch and context and push it further out; "
+        "smaller weights pull it in.",
+        {**inputs, "bytes_per_param": nbytes},
+    )
 
 
 def prefill_ttft(rng: random.Random) -> Spec:
@@ -162,18 +227,27 @@ def prefill_ttft(rng: random.Random) -> Spec:
     n_gpus = rng.choice([1, 2, 4]) if spec.name in SMALL else rng.choice([4, 8])
     prompt, mfu = rng.choice([1024, 2048, 4096, 8192, 16384]), rng.choice([0.3, 0.4, 0.5, 0.6])
     t = calc.prefill_ttft_s(spec.num_params, prompt, gpu.bf16_tflops, mfu, n_gpus)
-    return Spec("prefill_ttft_ms",
-                f"{spec.name} ({spec.num_params / 1e9:.2f} B parameters) on {n_gpus} x {gpu.name} "
-                f"({gpu.bf16_tflops:g} TFLOP/s each), prefill running at {mfu:g} of peak (MFU). An idle server "
-                f"gets a {prompt:,}-token prompt: what is the time to first token in ms (prefill only; "
-                "ignore attention's quadratic term and queueing)?",
-                t * 1e3, "ms", 0.02,
-                f"Prefill is compute-bound: 2 x {spec.num_params / 1e9:.2f}e9 x {prompt:,} = "
-                f"{2 * spec.num_params * prompt / 1e12:.1f} TFLOP, at {n_gpus} x {gpu.bf16_tflops:g} x {mfu:g} "
-                f"= {n_gpus * gpu.bf16_tflops * mfu:.0f} TFLOP/s: {t * 1e3:.0f} ms. Queueing behind other "
-                "prefills adds to this; chunked prefill trades it against decode latency.",
-                {"num_params": spec.num_params, "prompt_tokens": prompt, "peak_tflops": gpu.bf16_tflops,
-                 "mfu": mfu, "num_gpus": n_gpus})
+    return Spec(
+        "prefill_ttft_ms",
+        f"{spec.name} ({spec.num_params / 1e9:.2f} B parameters) on {n_gpus} x {gpu.name} "
+        f"({gpu.bf16_tflops:g} TFLOP/s each), prefill running at {mfu:g} of peak (MFU). An idle server "
+        f"gets a {prompt:,}-token prompt: what is the time to first token in ms (prefill only; "
+        "ignore attention's quadratic term and queueing)?",
+        t * 1e3,
+        "ms",
+        0.02,
+        f"Prefill is compute-bound: 2 x {spec.num_params / 1e9:.2f}e9 x {prompt:,} = "
+        f"{2 * spec.num_params * prompt / 1e12:.1f} TFLOP, at {n_gpus} x {gpu.bf16_tflops:g} x {mfu:g} "
+        f"= {n_gpus * gpu.bf16_tflops * mfu:.0f} TFLOP/s: {t * 1e3:.0f} ms. Queueing behind other "
+        "prefills adds to this; chunked prefill trades it against decode latency.",
+        {
+            "num_params": spec.num_params,
+            "prompt_tokens": prompt,
+            "peak_tflops": gpu.bf16_tflops,
+            "mfu": mfu,
+            "num_gpus": n_gpus,
+        },
+    )
 
 
 def batching(rng: random.Random) -> Spec:
@@ -183,17 +257,21 @@ def batching(rng: random.Random) -> Spec:
     lens = [short] * n_short + [long] * (batch - n_short)
     gain = calc.batching_gain(lens, batch)
     mean = sum(lens) / batch
-    return Spec("batching_gain",
-                f"Batches of {batch} requests arrive back to back, each with {n_short} requests that generate "
-                f"{short} tokens and {batch - n_short} that generate {long}. Decode steps cost the same whatever "
-                "the batch; ignore prefill. By what factor does continuous batching (a finished request's slot "
-                "is refilled at once) beat static batching in throughput?",
-                gain, "x", 0.02,
-                f"Static: every batch holds its slots for the longest request, {long} steps for {batch} requests. "
-                f"Continuous: slots never idle, so each request costs its own length; the mean is {mean:.1f} "
-                f"steps. Gain = {long} / {mean:.1f} = {gain:.2f}x. The seed's '~10x' for 7 x 50 + 1 x 500 "
-                "is really 500 / 106 = 4.7x; the gain is max/mean of the lengths, not long/short.",
-                {"output_lens": lens, "batch_size": batch})
+    return Spec(
+        "batching_gain",
+        f"Batches of {batch} requests arrive back to back, each with {n_short} requests that generate "
+        f"{short} tokens and {batch - n_short} that generate {long}. Decode steps cost the same whatever "
+        "the batch; ignore prefill. By what factor does continuous batching (a finished request's slot "
+        "is refilled at once) beat static batching in throughput?",
+        gain,
+        "x",
+        0.02,
+        f"Static: every batch holds its slots for the longest request, {long} steps for {batch} requests. "
+        f"Continuous: slots never idle, so each request costs its own length; the mean is {mean:.1f} "
+        f"steps. Gain = {long} / {mean:.1f} = {gain:.2f}x. The seed's '~10x' for 7 x 50 + 1 x 500 "
+        "is really 500 / 106 = 4.7x; the gain is max/mean of the lengths, not long/short.",
+        {"output_lens": lens, "batch_size": batch},
+    )
 
 
 def littles_law(rng: random.Random) -> Spec:
@@ -201,22 +279,30 @@ def littles_law(rng: random.Random) -> Spec:
         rate, ttft = rng.choice([5, 10, 20, 50, 100]), rng.choice([0.2, 0.5, 1.0])
         out, tpot = rng.choice([128, 256, 512]), rng.choice([0.02, 0.03, 0.05])
         w = ttft + out * tpot
-        return Spec("concurrency",
-                    f"{rate} requests/s arrive; each waits {ttft} s for its first token and then streams {out} "
-                    f"tokens at {tpot * 1e3:g} ms each. How many requests are in the server on average?",
-                    calc.littles_law_concurrency(rate, w), "requests", 0.01,
-                    f"Little's law L = lambda x W: W = {ttft} + {out} x {tpot} = {w:.2f} s, so L = {rate} x "
-                    f"{w:.2f} = {rate * w:.1f}. Your batch size and KV cache must hold that many at once.",
-                    {"rate": rate, "ttft_s": ttft, "output_tokens": out, "tpot_s": tpot})
+        return Spec(
+            "concurrency",
+            f"{rate} requests/s arrive; each waits {ttft} s for its first token and then streams {out} "
+            f"tokens at {tpot * 1e3:g} ms each. How many requests are in the server on average?",
+            calc.littles_law_concurrency(rate, w),
+            "requests",
+            0.01,
+            f"Little's law L = lambda x W: W = {ttft} + {out} x {tpot} = {w:.2f} s, so L = {rate} x "
+            f"{w:.2f} = {rate * w:.1f}. Your batch size and KV cache must hold that many at once.",
+            {"rate": rate, "ttft_s": ttft, "output_tokens": out, "tpot_s": tpot},
+        )
     conc, latency = rng.choice([16, 32, 64, 128, 256]), rng.choice([4.0, 8.0, 12.0, 20.0])
     lam = calc.max_rate(conc, latency)
-    return Spec("max_rate",
-                f"A replica's KV cache holds {conc} requests at once and each request takes {latency:g} s from "
-                "admission to its last token. What arrival rate (requests/s) can it sustain before a queue grows?",
-                lam, "req/s", 0.01,
-                f"Little's law turned around: lambda = L / W = {conc} / {latency:g} = {lam:.2f} req/s. Above it "
-                "the waiting queue grows without bound and TTFT climbs with it.",
-                {"concurrency": conc, "latency_s": latency})
+    return Spec(
+        "max_rate",
+        f"A replica's KV cache holds {conc} requests at once and each request takes {latency:g} s from "
+        "admission to its last token. What arrival rate (requests/s) can it sustain before a queue grows?",
+        lam,
+        "req/s",
+        0.01,
+        f"Little's law turned around: lambda = L / W = {conc} / {latency:g} = {lam:.2f} req/s. Above it "
+        "the waiting queue grows without bound and TTFT climbs with it.",
+        {"concurrency": conc, "latency_s": latency},
+    )
 
 
 def goodput(rng: random.Random) -> Spec:
@@ -231,14 +317,23 @@ def goodput(rng: random.Random) -> Spec:
     g = calc.goodput(ttfts, tpots, duration, ttft_slo, tpot_slo)
     ok = sum(1 for a, b in zip(ttfts, tpots) if a <= ttft_slo and b <= tpot_slo)
     rows = ", ".join(f"({a:g} s, {b * 1e3:g} ms)" for a, b in zip(ttfts, tpots))
-    return Spec("goodput",
-                f"A {duration:g} s benchmark finished {n} requests with (TTFT, TPOT): {rows}. The SLO is TTFT <= "
-                f"{ttft_slo:g} s and TPOT <= {tpot_slo * 1e3:g} ms. What is the goodput in requests/s?",
-                g, "req/s", 0.001,
-                f"{ok} of {n} meet both targets; goodput = {ok} / {duration:g} s = {g:.2f} req/s, against a raw "
-                f"throughput of {n / duration:.2f}. Goodput counts only what the user would accept.",
-                {"ttfts_s": ttfts, "tpots_s": tpots, "duration_s": duration, "ttft_slo_s": ttft_slo,
-                 "tpot_slo_s": tpot_slo})
+    return Spec(
+        "goodput",
+        f"A {duration:g} s benchmark finished {n} requests with (TTFT, TPOT): {rows}. The SLO is TTFT <= "
+        f"{ttft_slo:g} s and TPOT <= {tpot_slo * 1e3:g} ms. What is the goodput in requests/s?",
+        g,
+        "req/s",
+        0.001,
+        f"{ok} of {n} meet both targets; goodput = {ok} / {duration:g} s = {g:.2f} req/s, against a raw "
+        f"throughput of {n / duration:.2f}. Goodput counts only what the user would accept.",
+        {
+            "ttfts_s": ttfts,
+            "tpots_s": tpots,
+            "duration_s": duration,
+            "ttft_slo_s": ttft_slo,
+            "tpot_slo_s": tpot_slo,
+        },
+    )
 
 
 def speculative(rng: random.Random) -> Spec:
@@ -246,22 +341,30 @@ def speculative(rng: random.Random) -> Spec:
     e = calc.spec_expected_tokens(alpha, k)
     base = f"(1 - {alpha}^{k + 1}) / (1 - {alpha}) = {e:.3f}"
     if rng.random() < 0.5:
-        return Spec("spec_expected_tokens",
-                    f"Speculative decoding with k = {k} draft tokens, each accepted with probability alpha = "
-                    f"{alpha} (independently). How many tokens does one target forward pass yield on average?",
-                    e, "tokens", 0.01,
-                    f"1 + alpha + ... + alpha^k = {base}: the accepted prefix of drafts plus the token the target "
-                    "always contributes (the correction or the bonus token).",
-                    {"alpha": alpha, "k": k})
+        return Spec(
+            "spec_expected_tokens",
+            f"Speculative decoding with k = {k} draft tokens, each accepted with probability alpha = "
+            f"{alpha} (independently). How many tokens does one target forward pass yield on average?",
+            e,
+            "tokens",
+            0.01,
+            f"1 + alpha + ... + alpha^k = {base}: the accepted prefix of drafts plus the token the target "
+            "always contributes (the correction or the bonus token).",
+            {"alpha": alpha, "k": k},
+        )
     c = rng.choice([0.02, 0.05, 0.1, 0.2])
     s = calc.spec_speedup(alpha, k, c)
-    return Spec("spec_speedup",
-                f"Speculative decoding, k = {k}, acceptance alpha = {alpha}; one draft-model step costs {c:g} of a "
-                "target step. Speed-up over plain decoding (tokens per unit time)?",
-                s, "x", 0.01,
-                f"Tokens per round {base}; a round costs 1 + k x c = {1 + k * c:g} target steps; speed-up = "
-                f"{s:.2f}x. With a slow draft or a low alpha it drops below 1: measure alpha on your traffic.",
-                {"alpha": alpha, "k": k, "draft_cost_ratio": c})
+    return Spec(
+        "spec_speedup",
+        f"Speculative decoding, k = {k}, acceptance alpha = {alpha}; one draft-model step costs {c:g} of a "
+        "target step. Speed-up over plain decoding (tokens per unit time)?",
+        s,
+        "x",
+        0.01,
+        f"Tokens per round {base}; a round costs 1 + k x c = {1 + k * c:g} target steps; speed-up = "
+        f"{s:.2f}x. With a slow draft or a low alpha it drops below 1: measure alpha on your traffic.",
+        {"alpha": alpha, "k": k, "draft_cost_ratio": c},
+    )
 
 
 def quantization(rng: random.Random) -> Spec:
@@ -269,28 +372,45 @@ def quantization(rng: random.Random) -> Spec:
     scheme, bits = rng.choice([("awq", 4 + 20 / 128), ("fp8", 8.0)])
     w16, wq = weight_bytes(spec, "bfloat16"), weight_bytes(spec, scheme)
     lin, rest = spec.linear_params, spec.num_params - spec.linear_params
-    desc = ("4-bit AWQ, group 128 (4 bits + a 16-bit scale and a 4-bit zero per 128 weights = "
-            f"{bits:.5g} bits)" if scheme == "awq" else "FP8 (8 bits)")
-    head = (f"{spec.name}: {lin / 1e9:.3f} B parameters in the layers' matrices, {rest / 1e9:.3f} B in embeddings, "
-            f"lm_head and norms (these stay bf16). Weights quantized to {desc}.")
+    desc = (
+        f"4-bit AWQ, group 128 (4 bits + a 16-bit scale and a 4-bit zero per 128 weights = {bits:.5g} bits)"
+        if scheme == "awq"
+        else "FP8 (8 bits)"
+    )
+    head = (
+        f"{spec.name}: {lin / 1e9:.3f} B parameters in the layers' matrices, {rest / 1e9:.3f} B in embeddings, "
+        f"lm_head and norms (these stay bf16). Weights quantized to {desc}."
+    )
     inputs = {"linear_params": lin, "other_params": rest, "bits": bits, "scheme": scheme}
-    work = (f"bf16: {spec.num_params / 1e9:.3f} B x 2 B = {w16 / GB:.2f} GB; {scheme}: {lin / 1e9:.3f} B x "
-            f"{bits:.5g}/8 B + {rest / 1e9:.3f} B x 2 B = {wq / GB:.2f} GB")
+    work = (
+        f"bf16: {spec.num_params / 1e9:.3f} B x 2 B = {w16 / GB:.2f} GB; {scheme}: {lin / 1e9:.3f} B x "
+        f"{bits:.5g}/8 B + {rest / 1e9:.3f} B x 2 B = {wq / GB:.2f} GB"
+    )
     if rng.random() < 0.5:
-        return Spec("quant_memory_ratio", f"{head} How many times smaller than bf16 are the weights?",
-                    w16 / wq, "x", 0.01,
-                    f"{work}; ratio {w16 / wq:.2f}x, less than {16 / bits:.2g}x because embeddings and lm_head stay "
-                    "in 16 bits.", inputs)
+        return Spec(
+            "quant_memory_ratio",
+            f"{head} How many times smaller than bf16 are the weights?",
+            w16 / wq,
+            "x",
+            0.01,
+            f"{work}; ratio {w16 / wq:.2f}x, less than {16 / bits:.2g}x because embeddings and lm_head stay "
+            "in 16 bits.",
+            inputs,
+        )
     gpu = _gpu(rng, ["L4", "L40S", "A100-80GB", "H100-80GB", "H200"])
     tps = calc.batch1_decode_tokens_per_s(gpu.bandwidth_gb_s, wq / GB)
-    return Spec("quant_batch1_tokens_per_s",
-                f"{head} On one {gpu.name} ({gpu.bandwidth_gb_s:g} GB/s), what is the bandwidth upper bound on "
-                "batch-1 decode speed, tokens/s?",
-                tps, "tok/s", 0.01,
-                f"{work}. Batch-1 decode reads every weight once per token: {gpu.bandwidth_gb_s:g} / "
-                f"{wq / GB:.2f} = {tps:.0f} tok/s (bf16 would be {gpu.bandwidth_gb_s / (w16 / GB):.0f}). Weight-only "
-                "quantization speeds the memory-bound regime; at large batches the matmuls dominate.",
-                {**inputs, "bandwidth_gb_s": gpu.bandwidth_gb_s})
+    return Spec(
+        "quant_batch1_tokens_per_s",
+        f"{head} On one {gpu.name} ({gpu.bandwidth_gb_s:g} GB/s), what is the bandwidth upper bound on "
+        "batch-1 decode speed, tokens/s?",
+        tps,
+        "tok/s",
+        0.01,
+        f"{work}. Batch-1 decode reads every weight once per token: {gpu.bandwidth_gb_s:g} / "
+        f"{wq / GB:.2f} = {tps:.0f} tok/s (bf16 would be {gpu.bandwidth_gb_s / (w16 / GB):.0f}). Weight-only "
+        "quantization speeds the memory-bound regime; at large batches the matmuls dominate.",
+        {**inputs, "bandwidth_gb_s": gpu.bandwidth_gb_s},
+    )
 
 
 def prefix_cache(rng: random.Random) -> Spec:
@@ -299,25 +419,33 @@ def prefix_cache(rng: random.Random) -> Spec:
     cached = calc.cached_prefix_tokens(prefix, block)
     if rng.random() < 0.5:
         f = calc.prefill_saved_fraction(prefix, suffix, block)
-        return Spec("prefix_prefill_saved",
-                    f"Every request starts with the same {prefix}-token system prompt followed by a {suffix}-token "
-                    f"user message. With prefix caching and {block}-token KV blocks, what fraction of each "
-                    "request's prefill tokens is skipped once the prefix is cached?",
-                    f, "fraction", 0.01,
-                    f"Only whole blocks are shared: floor({prefix} / {block}) x {block} = {cached} tokens. Fraction "
-                    f"= {cached} / ({prefix} + {suffix}) = {f:.3f}. The partial last block is recomputed.",
-                    {"prefix_tokens": prefix, "suffix_tokens": suffix, "block_size": block})
+        return Spec(
+            "prefix_prefill_saved",
+            f"Every request starts with the same {prefix}-token system prompt followed by a {suffix}-token "
+            f"user message. With prefix caching and {block}-token KV blocks, what fraction of each "
+            "request's prefill tokens is skipped once the prefix is cached?",
+            f,
+            "fraction",
+            0.01,
+            f"Only whole blocks are shared: floor({prefix} / {block}) x {block} = {cached} tokens. Fraction "
+            f"= {cached} / ({prefix} + {suffix}) = {f:.3f}. The partial last block is recomputed.",
+            {"prefix_tokens": prefix, "suffix_tokens": suffix, "block_size": block},
+        )
     spec = MODELS[rng.choice(SMALL + LARGE)]
     users = rng.choice([16, 32, 64, 128])
     per_token = kv_cache_bytes_per_token(spec, "bfloat16")
     saved = (users - 1) * cached * per_token / GB
-    return Spec("prefix_kv_saved_gb",
-                f"{spec.name} (bf16 KV, {per_token:,} B per token): {users} concurrent requests share a {prefix}-token "
-                f"system prompt; KV blocks hold {block} tokens. How many GB of KV cache does prefix sharing save?",
-                saved, "GB", 0.01,
-                f"Shared: {cached} tokens in whole blocks, stored once instead of {users} times: ({users} - 1) x "
-                f"{cached} x {per_token:,} B = {saved:.2f} GB, room for that many more tokens of other requests.",
-                {"prefix_tokens": prefix, "block_size": block, "users": users, "kv_bytes_per_token": per_token})
+    return Spec(
+        "prefix_kv_saved_gb",
+        f"{spec.name} (bf16 KV, {per_token:,} B per token): {users} concurrent requests share a {prefix}-token "
+        f"system prompt; KV blocks hold {block} tokens. How many GB of KV cache does prefix sharing save?",
+        saved,
+        "GB",
+        0.01,
+        f"Shared: {cached} tokens in whole blocks, stored once instead of {users} times: ({users} - 1) x "
+        f"{cached} x {per_token:,} B = {saved:.2f} GB, room for that many more tokens of other requests.",
+        {"prefix_tokens": prefix, "block_size": block, "users": users, "kv_bytes_per_token": per_token},
+    )
 
 
 def cost(rng: random.Random) -> Spec:
@@ -325,18 +453,31 @@ def cost(rng: random.Random) -> Spec:
     n = rng.choice([1, 2, 4, 8])
     tps = rng.choice([800, 1500, 2500, 4000, 6000, 10000])
     c = calc.cost_per_million_tokens(gpu.price_per_hour, n, tps)
-    return Spec("cost_per_million",
-                f"{n} x {gpu.name} at ${gpu.price_per_hour:.2f} per GPU-hour (indicative, {PRICES_AS_OF}) sustain "
-                f"{tps:,} output tokens/s together. What do a million output tokens cost, in dollars?",
-                c, "$", 0.01,
-                f"${gpu.price_per_hour:.2f} x {n} = ${gpu.price_per_hour * n:.2f}/h; {tps:,} x 3600 = "
-                f"{tps * 3600 / 1e6:.1f} M tokens/h; ${c:.3f} per million. Only sustained throughput at your SLO "
-                "counts: idle hours and over-provisioning raise it.",
-                {"price_per_gpu_hour": gpu.price_per_hour, "num_gpus": n, "tokens_per_s": tps, "gpu": gpu.name})
+    return Spec(
+        "cost_per_million",
+        f"{n} x {gpu.name} at ${gpu.price_per_hour:.2f} per GPU-hour (indicative, {PRICES_AS_OF}) sustain "
+        f"{tps:,} output tokens/s together. What do a million output tokens cost, in dollars?",
+        c,
+        "$",
+        0.01,
+        f"${gpu.price_per_hour:.2f} x {n} = ${gpu.price_per_hour * n:.2f}/h; {tps:,} x 3600 = "
+        f"{tps * 3600 / 1e6:.1f} M tokens/h; ${c:.3f} per million. Only sustained throughput at your SLO "
+        "counts: idle hours and over-provisioning raise it.",
+        {"price_per_gpu_hour": gpu.price_per_hour, "num_gpus": n, "tokens_per_s": tps, "gpu": gpu.name},
+    )
 
 
 GENERATORS = {
-    "kv_cache": kv_cache, "gpus_tp": gpus_tp, "memory_terms": memory_terms, "roofline": roofline,
-    "prefill_ttft": prefill_ttft, "batching": batching, "littles_law": littles_law, "goodput": goodput,
-    "speculative": speculative, "quantization": quantization, "prefix_cache": prefix_cache, "cost": cost,
+    "kv_cache": kv_cache,
+    "gpus_tp": gpus_tp,
+    "memory_terms": memory_terms,
+    "roofline": roofline,
+    "prefill_ttft": prefill_ttft,
+    "batching": batching,
+    "littles_law": littles_law,
+    "goodput": goodput,
+    "speculative": speculative,
+    "quantization": quantization,
+    "prefix_cache": prefix_cache,
+    "cost": cost,
 }

@@ -19,6 +19,20 @@ from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from .snapshot import StepSnapshot, to_sim_result
 
-__all__ = ["CompletionOutput", "EngineConfig", "EngineRun", "LLM", "LLMEngine", "Request", "RequestMetrics",
-           "RequestOutput", "RequestStatus", "SamplingParams", "Scheduler", "SchedulerConfig",
-           "SchedulerOutput", "StepSnapshot", "to_sim_result"]
+__all__ = [
+    "CompletionOutput",
+    "EngineConfig",
+    "EngineRun",
+    "LLM",
+    "LLMEngine",
+    "Request",
+    "RequestMetrics",
+    "RequestOutput",
+    "RequestStatus",
+    "SamplingParams",
+    "Scheduler",
+    "SchedulerConfig",
+    "SchedulerOutput",
+    "StepSnapshot",
+    "to_sim_result",
+]

@@ -53,15 +53,18 @@ class EngineConfig:
             value = getattr(self, name)
             if int(value) != value or value < 1:
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-        if self.num_kv_blocks is not None and (int(self.num_kv_blocks) != self.num_kv_blocks
-                                               or self.num_kv_blocks < 1):
-            raise ValueError(f"num_kv_blocks must be >= 1 (or None to size from kv_cache_gib), "
-                             f"got {self.num_kv_blocks!r}")
+        if self.num_kv_blocks is not None and (
+            int(self.num_kv_blocks) != self.num_kv_blocks or self.num_kv_blocks < 1
+        ):
+            raise ValueError(
+                f"num_kv_blocks must be >= 1 (or None to size from kv_cache_gib), got {self.num_kv_blocks!r}"
+            )
         if self.num_kv_blocks is None and not self.kv_cache_gib > 0:
             raise ValueError(f"kv_cache_gib must be > 0, got {self.kv_cache_gib!r}")
         if self.max_model_len is not None and self.max_model_len < 2:
-            raise ValueError(f"max_model_len must be >= 2 tokens (a prompt and one output), "
-                             f"got {self.max_model_len!r}")
+            raise ValueError(
+                f"max_model_len must be >= 2 tokens (a prompt and one output), got {self.max_model_len!r}"
+            )
         if self.long_prefill_token_threshold < 0:
             raise ValueError("long_prefill_token_threshold must be >= 0 (0 turns it off)")
         if self.dtype not in DTYPES:
@@ -72,7 +75,7 @@ class EngineConfig:
             raise ValueError(f"num_threads must be >= 1 or None, got {self.num_threads!r}")
 
     def resolved_device(self) -> str:
-        """"cpu" or "cuda" ("auto" picks CUDA when torch sees it)."""
+        """ "cpu" or "cuda" ("auto" picks CUDA when torch sees it)."""
         import torch
 
         if self.device == "auto":
@@ -97,6 +100,8 @@ def resolve_model(model: str | Path | None) -> Path:
         return Path(course_model_path())
     path = Path(model).expanduser()
     if not (path / "config.json").exists():
-        raise ValueError(f"{path} is not a Hugging Face model folder (no config.json); pass the "
-                         "folder that holds config.json and *.safetensors, or None for the course model")
+        raise ValueError(
+            f"{path} is not a Hugging Face model folder (no config.json); pass the "
+            "folder that holds config.json and *.safetensors, or None for the course model"
+        )
     return path

@@ -40,7 +40,7 @@ class LlamaConfig:
     eos_token_ids: list[int] = field(default_factory=list)
 
     @classmethod
-    def from_folder(cls, folder: str | Path) -> "LlamaConfig":
+    def from_folder(cls, folder: str | Path) -> LlamaConfig:
         """Read and check config.json; a clear error for architectures this runner cannot run."""
         folder = Path(folder)
         try:
@@ -52,12 +52,15 @@ class LlamaConfig:
             raise ValueError(
                 f"{folder} holds a {archs[0]} model (model_type={cfg.get('model_type')!r}); the course "
                 f"engine runs {', '.join(SUPPORTED_ARCHITECTURES)} checkpoints only. Use vLLM for "
-                "other architectures, or pass a Llama-family folder.")
+                "other architectures, or pass a Llama-family folder."
+            )
         rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type not in ("default", None):
-            raise ValueError(f"{folder}: RoPE scaling {rope_type!r} is not implemented in the course "
-                             "engine (only plain RoPE)")
+            raise ValueError(
+                f"{folder}: RoPE scaling {rope_type!r} is not implemented in the course "
+                "engine (only plain RoPE)"
+            )
         for flag in ("attention_bias", "mlp_bias"):
             if cfg.get(flag):
                 raise ValueError(f"{folder}: {flag}=true is not implemented in the course engine")
@@ -71,15 +74,19 @@ class LlamaConfig:
             eos = json.loads(gen.read_text()).get("eos_token_id", eos)
         eos_ids = [int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None]
         return cls(
-            num_layers=int(cfg["num_hidden_layers"]), hidden_size=hidden, num_heads=num_heads,
+            num_layers=int(cfg["num_hidden_layers"]),
+            hidden_size=hidden,
+            num_heads=num_heads,
             num_kv_heads=int(cfg.get("num_key_value_heads") or num_heads),
             head_dim=int(cfg.get("head_dim") or hidden // num_heads),
-            intermediate_size=int(cfg["intermediate_size"]), vocab_size=int(cfg["vocab_size"]),
+            intermediate_size=int(cfg["intermediate_size"]),
+            vocab_size=int(cfg["vocab_size"]),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
             rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
             max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            bos_token_id=cfg.get("bos_token_id"), eos_token_ids=eos_ids,
+            bos_token_id=cfg.get("bos_token_id"),
+            eos_token_ids=eos_ids,
         )
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
@@ -94,7 +101,7 @@ class PrefillSpan:
     start: int  # first row of its tokens in the flattened batch
     end: int  # one past its last row
     num_computed: int  # tokens already in the cache before this chunk (prefix hit, earlier chunks)
-    context_slots: "torch.Tensor | None"  # (num_computed + n,) cache slots of its whole context
+    context_slots: torch.Tensor | None  # (num_computed + n,) cache slots of its whole context
 
 
 @dataclass
@@ -108,8 +115,8 @@ class DecodeGroup:
 
     start: int  # first row in the flattened batch
     end: int  # one past the last row
-    slots: "torch.Tensor"  # (n, L) context slots per request, padded with slot 0
-    mask: "torch.Tensor"  # (n, 1, 1, L) additive: 0 where a slot is real context, -inf on padding
+    slots: torch.Tensor  # (n, L) context slots per request, padded with slot 0
+    mask: torch.Tensor  # (n, 1, 1, L) additive: 0 where a slot is real context, -inf on padding
 
 
 @dataclass
@@ -121,7 +128,7 @@ class AttentionMetadata:
     block_id * block_size + offset.
     """
 
-    slot_mapping: "torch.Tensor"  # (T,) slot each new token's K/V is written to
+    slot_mapping: torch.Tensor  # (T,) slot each new token's K/V is written to
     num_decodes: int
     decode_groups: list[DecodeGroup]  # the decode rows, in groups of similar context length
     prefills: list[PrefillSpan]
@@ -136,18 +143,19 @@ class Linear:
     on CUDA, or for a dtype this CPU cannot reorder (bf16 without AVX-512), it stays `F.linear`.
     """
 
-    def __init__(self, weight: "torch.Tensor", prepack: bool = True) -> None:
+    def __init__(self, weight: torch.Tensor, prepack: bool = True) -> None:
         import torch
 
-        self.weight: "torch.Tensor | None" = weight
+        self.weight: torch.Tensor | None = weight
         self.packed = None
         if prepack and weight.device.type == "cpu" and torch.backends.mkldnn.is_available():
             try:
                 packed = torch.ops.mkldnn._reorder_linear_weight(weight, 32)  # 32: a decode batch
                 gen = torch.Generator().manual_seed(0)  # its own: the global RNG stays untouched
                 probe = torch.randn(3, weight.shape[1], generator=gen).to(weight.dtype)
-                same = torch.allclose(self._packed_matmul(probe, packed), probe @ weight.T,
-                                      rtol=1e-3, atol=1e-3)
+                same = torch.allclose(
+                    self._packed_matmul(probe, packed), probe @ weight.T, rtol=1e-3, atol=1e-3
+                )
             except (RuntimeError, AttributeError):  # no such op, or not for this dtype/CPU
                 same = False
             if same:
@@ -156,12 +164,12 @@ class Linear:
                 self.packed, self.weight = packed, None
 
     @staticmethod
-    def _packed_matmul(x: "torch.Tensor", packed: "torch.Tensor") -> "torch.Tensor":
+    def _packed_matmul(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
         import torch
 
         return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
 
-    def __call__(self, x: "torch.Tensor") -> "torch.Tensor":
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
         import torch.nn.functional as F
 
         if self.packed is not None:
@@ -185,13 +193,15 @@ class LlamaModel:
         self.v_cache: list[torch.Tensor] = []
 
     # ------------------------------------------------------------------ weights
-    def _read_safetensors(self) -> dict[str, "torch.Tensor"]:
+    def _read_safetensors(self) -> dict[str, torch.Tensor]:
         from safetensors.torch import load_file
 
         files = sorted(self.folder.glob("*.safetensors"))
         if not files:
-            raise ValueError(f"{self.folder} has no *.safetensors files; the course engine loads "
-                             "safetensors only (save the model with safe_serialization=True)")
+            raise ValueError(
+                f"{self.folder} has no *.safetensors files; the course engine loads "
+                "safetensors only (save the model with safe_serialization=True)"
+            )
         tensors: dict[str, torch.Tensor] = {}
         for f in files:
             tensors.update(load_file(str(f), device="cpu"))
@@ -205,9 +215,11 @@ class LlamaModel:
 
         def take(name: str) -> torch.Tensor:
             try:
-                t = raw.pop(name)
+                t = raw.pop(name)  # noqa: F821 (raw is the enclosing function's; it is deleted after loading)
             except KeyError:
-                raise ValueError(f"{self.folder}: weight {name!r} is missing; is this a Llama checkpoint?") from None
+                raise ValueError(
+                    f"{self.folder}: weight {name!r} is missing; is this a Llama checkpoint?"
+                ) from None
             return t.to(device=self.device, dtype=self.dtype).contiguous()
 
         self.embed_tokens = take("model.embed_tokens.weight")  # (V, hidden)
@@ -216,20 +228,22 @@ class LlamaModel:
             self.lm_head = Linear(self.embed_tokens)  # tied: the output projection reuses the embedding
         else:
             self.lm_head = Linear(take("lm_head.weight"))
-        self.layers: list[dict[str, "torch.Tensor | Linear"]] = []
+        self.layers: list[dict[str, torch.Tensor | Linear]] = []
         for i in range(c.num_layers):
             p = f"model.layers.{i}."
             q, k, v = (take(p + f"self_attn.{n}_proj.weight") for n in "qkv")
             gate, up = take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")
-            self.layers.append({
-                "input_layernorm": take(p + "input_layernorm.weight"),
-                # q, k and v in one matrix: one matmul instead of three. ((H + 2 Hkv) D, hidden)
-                "qkv_proj": Linear(torch.cat([q, k, v], 0).contiguous()),
-                "o_proj": Linear(take(p + "self_attn.o_proj.weight")),
-                "post_attention_layernorm": take(p + "post_attention_layernorm.weight"),
-                "gate_up_proj": Linear(torch.cat([gate, up], 0).contiguous()),  # (2 I, hidden)
-                "down_proj": Linear(take(p + "mlp.down_proj.weight")),
-            })
+            self.layers.append(
+                {
+                    "input_layernorm": take(p + "input_layernorm.weight"),
+                    # q, k and v in one matrix: one matmul instead of three. ((H + 2 Hkv) D, hidden)
+                    "qkv_proj": Linear(torch.cat([q, k, v], 0).contiguous()),
+                    "o_proj": Linear(take(p + "self_attn.o_proj.weight")),
+                    "post_attention_layernorm": take(p + "post_attention_layernorm.weight"),
+                    "gate_up_proj": Linear(torch.cat([gate, up], 0).contiguous()),  # (2 I, hidden)
+                    "down_proj": Linear(take(p + "mlp.down_proj.weight")),
+                }
+            )
         del raw
 
     def _build_rope(self, max_len: int) -> None:
@@ -237,8 +251,9 @@ class LlamaModel:
 
         c = self.config
         # Same arithmetic as transformers' default RoPE, in float32, so positions match bit for bit.
-        inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.int64).float()
-                                           / c.head_dim))
+        inv_freq = 1.0 / (
+            c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.int64).float() / c.head_dim)
+        )
         freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)  # (L, D/2)
         emb = torch.cat([freqs, freqs], dim=-1)  # (L, D)
         self.rope_cos = emb.cos().to(device=self.device, dtype=self.dtype)
@@ -272,7 +287,7 @@ class LlamaModel:
             cache.index_copy_(0, dst, cache.index_select(0, src))
 
     # ------------------------------------------------------------------ forward
-    def _rms_norm(self, x: "torch.Tensor", weight: "torch.Tensor") -> "torch.Tensor":
+    def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         import torch
 
         # As transformers' LlamaRMSNorm: normalise in float32, scale in the model dtype.
@@ -281,7 +296,7 @@ class LlamaModel:
         return weight * x32.to(x.dtype)
 
     @staticmethod
-    def _rope(x: "torch.Tensor", cos: "torch.Tensor", sin: "torch.Tensor") -> "torch.Tensor":
+    def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         import torch
 
         half = x.shape[-1] // 2
@@ -305,16 +320,16 @@ class LlamaModel:
             flat = g.slots.reshape(-1)
             keys = kc.index_select(0, flat).view(n, length, c.num_kv_heads, c.head_dim).transpose(1, 2)
             values = vc.index_select(0, flat).view(n, length, c.num_kv_heads, c.head_dim).transpose(1, 2)
-            qd = q[g.start:g.end].view(n, c.num_kv_heads, group, c.head_dim)  # (n, Hkv, G, D)
+            qd = q[g.start : g.end].view(n, c.num_kv_heads, group, c.head_dim)  # (n, Hkv, G, D)
             out = F.scaled_dot_product_attention(qd, keys, values, attn_mask=g.mask)
             pieces.append(out.reshape(n, c.num_heads * c.head_dim))  # (n, Hkv, G, D) -> (n, H*D)
         for span in meta.prefills:
             n = span.end - span.start
-            qp = q[span.start:span.end].transpose(0, 1).unsqueeze(0)  # (1, H, n, D)
+            qp = q[span.start : span.end].transpose(0, 1).unsqueeze(0)  # (1, H, n, D)
             if span.context_slots is None:
                 # A fresh prompt: its context is exactly the tokens just computed; plain causal mask.
-                kp = k[span.start:span.end].transpose(0, 1).unsqueeze(0)  # (1, Hkv, n, D)
-                vp = v[span.start:span.end].transpose(0, 1).unsqueeze(0)
+                kp = k[span.start : span.end].transpose(0, 1).unsqueeze(0)  # (1, Hkv, n, D)
+                vp = v[span.start : span.end].transpose(0, 1).unsqueeze(0)
                 out = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, enable_gqa=True)
             else:
                 # A chunk after cached tokens: token i of the chunk sees context 0 .. num_computed + i.
@@ -327,8 +342,13 @@ class LlamaModel:
             pieces.append(out[0].transpose(0, 1).reshape(n, c.num_heads * c.head_dim))
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces, 0)
 
-    def forward(self, input_ids: "torch.Tensor", positions: "torch.Tensor", meta: AttentionMetadata,
-                logits_indices: "torch.Tensor") -> "torch.Tensor":
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        logits_indices: torch.Tensor,
+    ) -> torch.Tensor:
         """Run the flattened batch through every layer, writing K/V into the cache.
 
         Args:

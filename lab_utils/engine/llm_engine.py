@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .config import EngineConfig, resolve_model
 from .outputs import CompletionOutput, RequestMetrics, RequestOutput
@@ -21,6 +22,9 @@ from .request import Request, RequestStatus
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
 from .snapshot import StepSnapshot, to_sim_result
+
+if TYPE_CHECKING:  # imported lazily at run time (measure.py stamps results)
+    from .measure import EngineRun
 
 PromptType = str | Sequence[int]
 
@@ -39,22 +43,35 @@ class LLMEngine:
         tokenizer: a tokenizer with encode/decode; None loads the folder's with transformers.
     """
 
-    def __init__(self, model: str | Path | None = None, config: EngineConfig | None = None, *,
-                 kv_cache_manager: Any = None, scheduler: Any = None,
-                 schedule_fn: Callable | None = None, tokenizer: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        config: EngineConfig | None = None,
+        *,
+        kv_cache_manager: Any = None,
+        scheduler: Any = None,
+        schedule_fn: Callable | None = None,
+        tokenizer: Any = None,
+        **kwargs: Any,
+    ) -> None:
         if config is not None and kwargs:
             raise ValueError("pass either config=EngineConfig(...) or keyword arguments, not both")
         self.config = config or EngineConfig(**kwargs)
         self.model_path = resolve_model(model)
         from .llama import LlamaConfig  # fails early, before loading weights, on a foreign folder
+
         LlamaConfig.from_folder(self.model_path)
         from .model_runner import ModelRunner
 
         cfg = self.config
         self.device = cfg.resolved_device()
-        self.model_runner = ModelRunner(self.model_path, device=self.device,
-                                        dtype=cfg.resolved_dtype(self.device), seed=cfg.seed,
-                                        num_threads=cfg.num_threads)
+        self.model_runner = ModelRunner(
+            self.model_path,
+            device=self.device,
+            dtype=cfg.resolved_dtype(self.device),
+            seed=cfg.seed,
+            num_threads=cfg.num_threads,
+        )
         self.model_config = self.model_runner.config
         self.eos_token_id = self.model_config.eos_token_ids[0] if self.model_config.eos_token_ids else None
 
@@ -64,8 +81,13 @@ class LLMEngine:
         self.max_model_len = self._resolve_max_model_len()
         self.model_runner.initialize_kv_cache(self.num_blocks, self.block_size)
 
-        sched_cfg = SchedulerConfig(cfg.max_num_seqs, cfg.max_num_batched_tokens, self.max_model_len,
-                                    cfg.enable_chunked_prefill, cfg.long_prefill_token_threshold)
+        sched_cfg = SchedulerConfig(
+            cfg.max_num_seqs,
+            cfg.max_num_batched_tokens,
+            self.max_model_len,
+            cfg.enable_chunked_prefill,
+            cfg.long_prefill_token_threshold,
+        )
         if scheduler is None:
             self.scheduler = Scheduler(self.kv_cache_manager, sched_cfg, schedule_fn=schedule_fn)
         elif isinstance(scheduler, type):
@@ -103,9 +125,11 @@ class LLMEngine:
         if wanted > model_max:
             raise ValueError(f"max_model_len={wanted} exceeds the model's context of {model_max} tokens")
         if wanted > capacity:
-            raise ValueError(f"max_model_len={wanted} tokens does not fit the KV cache "
-                             f"({self.num_blocks} blocks x {self.block_size} = {capacity} tokens): "
-                             "one request alone could never finish. Lower max_model_len or add blocks.")
+            raise ValueError(
+                f"max_model_len={wanted} tokens does not fit the KV cache "
+                f"({self.num_blocks} blocks x {self.block_size} = {capacity} tokens): "
+                "one request alone could never finish. Lower max_model_len or add blocks."
+            )
         return wanted
 
     def _load_tokenizer(self) -> Any:
@@ -125,7 +149,9 @@ class LLMEngine:
             try:
                 ids = [int(t) for t in prompt]
             except (TypeError, ValueError):
-                raise ValueError(f"a prompt is a string or a list of token ids, got {type(prompt).__name__}") from None
+                raise ValueError(
+                    f"a prompt is a string or a list of token ids, got {type(prompt).__name__}"
+                ) from None
             text = None
         if not ids:
             raise ValueError("prompt is empty: give at least one token")
@@ -134,16 +160,24 @@ class LLMEngine:
         if bad:
             raise ValueError(f"token ids {bad[:5]} are outside the vocabulary (0..{vocab - 1})")
         if len(ids) >= self.max_model_len:
-            raise ValueError(f"prompt has {len(ids)} tokens; max_model_len is {self.max_model_len}, "
-                             "which leaves no room for output. Shorten the prompt or raise max_model_len.")
+            raise ValueError(
+                f"prompt has {len(ids)} tokens; max_model_len is {self.max_model_len}, "
+                "which leaves no room for output. Shorten the prompt or raise max_model_len."
+            )
         if not self.config.enable_chunked_prefill and len(ids) > self.config.max_num_batched_tokens:
-            raise ValueError(f"prompt has {len(ids)} tokens but chunked prefill is off and the token "
-                             f"budget is {self.config.max_num_batched_tokens}; it could never be scheduled")
+            raise ValueError(
+                f"prompt has {len(ids)} tokens but chunked prefill is off and the token "
+                f"budget is {self.config.max_num_batched_tokens}; it could never be scheduled"
+            )
         return text, ids
 
-    def add_request(self, request_id: str | None, prompt: PromptType,
-                    sampling_params: SamplingParams | None = None,
-                    arrival_time: float | None = None) -> str:
+    def add_request(
+        self,
+        request_id: str | None,
+        prompt: PromptType,
+        sampling_params: SamplingParams | None = None,
+        arrival_time: float | None = None,
+    ) -> str:
         """Validate and queue one request; returns its id. A bad request raises and changes nothing."""
         params = sampling_params or SamplingParams()
         if not isinstance(params, SamplingParams):
@@ -152,7 +186,9 @@ class LLMEngine:
         rid = str(next(self._counter)) if request_id is None else str(request_id)
         if rid in self._requests:
             raise ValueError(f"request id {rid!r} is already in use")
-        req = Request(rid, ids, params, prompt=text, arrival_time=arrival_time, eos_token_id=self.eos_token_id)
+        req = Request(
+            rid, ids, params, prompt=text, arrival_time=arrival_time, eos_token_id=self.eos_token_id
+        )
         self.scheduler.add_request(req)
         self._requests[rid] = req
         return rid
@@ -185,7 +221,8 @@ class LLMEngine:
             # Nothing can change the plan before the next step (no clock, no arrivals): a stall.
             raise RuntimeError(
                 f"the scheduler planned no work with {self.get_num_unfinished_requests()} requests "
-                "unfinished; a policy must give at least one running or waiting request tokens")
+                "unfinished; a policy must give at least one running or waiting request tokens"
+            )
         runner_output = self.model_runner.execute_model(scheduler_output, self._requests)
         t_exec = time.perf_counter()
         finished = self.scheduler.update_from_output(scheduler_output, runner_output.sampled_token_ids)
@@ -206,13 +243,18 @@ class LLMEngine:
             self._record(scheduler_output, runner_output, sorted(finished_ids), t_start, t_sched, t_exec)
         if self._capture is not None:
             so = scheduler_output
-            self._capture.append({
-                "step": so.step, "schedule_s": t_sched - t_start, "execute_s": t_exec - t_sched,
-                "update_s": time.perf_counter() - t_exec,
-                "scheduled": {r: int(n) for r, n in so.num_scheduled_tokens.items()},
-                "blocks": {r: len(b) for r, b in so.block_tables.items()},
-                "preempted": list(so.preempted_req_ids),
-                "num_free_blocks": int(getattr(self.kv_cache_manager, "num_free_blocks", 0))})
+            self._capture.append(
+                {
+                    "step": so.step,
+                    "schedule_s": t_sched - t_start,
+                    "execute_s": t_exec - t_sched,
+                    "update_s": time.perf_counter() - t_exec,
+                    "scheduled": {r: int(n) for r, n in so.num_scheduled_tokens.items()},
+                    "blocks": {r: len(b) for r, b in so.block_tables.items()},
+                    "preempted": list(so.preempted_req_ids),
+                    "num_free_blocks": int(getattr(self.kv_cache_manager, "num_free_blocks", 0)),
+                }
+            )
         return outputs
 
     def _hit_stop_string(self, req: Request) -> bool:
@@ -226,22 +268,33 @@ class LLMEngine:
     def _make_output(self, req: Request) -> RequestOutput:
         text = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=True)
         if isinstance(req.stop_reason, str):
-            text = text[:text.find(req.stop_reason)]  # the stop string itself is not returned
+            text = text[: text.find(req.stop_reason)]  # the stop string itself is not returned
         reason = req.status.value if req.is_finished else None
         completion = CompletionOutput(0, text, list(req.output_token_ids), reason, req.stop_reason)
-        metrics = RequestMetrics(req.arrival_time, req.first_scheduled_time, req.first_token_time,
-                                 req.finished_time, req.num_preemptions, req.num_cached_tokens)
-        return RequestOutput(req.request_id, req.prompt, list(req.prompt_token_ids), [completion],
-                             req.is_finished, metrics)
+        metrics = RequestMetrics(
+            req.arrival_time,
+            req.first_scheduled_time,
+            req.first_token_time,
+            req.finished_time,
+            req.num_preemptions,
+            req.num_cached_tokens,
+        )
+        return RequestOutput(
+            req.request_id, req.prompt, list(req.prompt_token_ids), [completion], req.is_finished, metrics
+        )
 
     def _retire(self, req: Request) -> None:
         req.finished_time = time.monotonic()
         self.model_runner.sampler.forget(req.request_id)
         self.request_stats[req.request_id] = {
-            "arrival_time": req.arrival_time, "first_token_time": req.first_token_time,
-            "finished_time": req.finished_time, "prompt_len": req.num_prompt_tokens,
-            "output_len": req.num_output_tokens, "num_preemptions": req.num_preemptions,
-            "finish_reason": req.status.value}
+            "arrival_time": req.arrival_time,
+            "first_token_time": req.first_token_time,
+            "finished_time": req.finished_time,
+            "prompt_len": req.num_prompt_tokens,
+            "output_len": req.num_output_tokens,
+            "num_preemptions": req.num_preemptions,
+            "finish_reason": req.status.value,
+        }
 
     def _record(self, so, ro, finished_ids: list[str], t_start: float, t_sched: float, t_exec: float) -> None:
         kv = self.kv_cache_manager
@@ -259,19 +312,35 @@ class LLMEngine:
             frame = snapshot(kv, computed, len(self.snapshots), "step", None, desc, so.blocks_to_copy)
         t_end = time.perf_counter()
         free = getattr(kv, "num_free_blocks", 0)
-        self.snapshots.append(StepSnapshot(
-            step=so.step, start=t_start - self.t0, schedule_s=t_sched - t_start,
-            execute_s=t_exec - t_sched, update_s=t_end - t_exec,
-            prefill={r: n for r, n in so.num_scheduled_tokens.items()
-                     if not (n == 1 and so.num_computed_tokens.get(r, 0) >= self._prompt_len(r))},
-            decode=[r for r, n in so.num_scheduled_tokens.items()
-                    if n == 1 and so.num_computed_tokens.get(r, 0) >= self._prompt_len(r)],
-            num_computed_tokens=computed,
-            block_tables={r.request_id: list(kv.get_block_ids(r.request_id)) for r in running},
-            new_req_ids=list(so.new_req_ids), preempted_req_ids=list(so.preempted_req_ids),
-            finished_req_ids=finished_ids, num_running=len(running),
-            num_waiting=len(self.scheduler.waiting), kv_usage=float(getattr(kv, "usage", 0.0)),
-            num_free_blocks=int(free), frame=frame))
+        self.snapshots.append(
+            StepSnapshot(
+                step=so.step,
+                start=t_start - self.t0,
+                schedule_s=t_sched - t_start,
+                execute_s=t_exec - t_sched,
+                update_s=t_end - t_exec,
+                prefill={
+                    r: n
+                    for r, n in so.num_scheduled_tokens.items()
+                    if not (n == 1 and so.num_computed_tokens.get(r, 0) >= self._prompt_len(r))
+                },
+                decode=[
+                    r
+                    for r, n in so.num_scheduled_tokens.items()
+                    if n == 1 and so.num_computed_tokens.get(r, 0) >= self._prompt_len(r)
+                ],
+                num_computed_tokens=computed,
+                block_tables={r.request_id: list(kv.get_block_ids(r.request_id)) for r in running},
+                new_req_ids=list(so.new_req_ids),
+                preempted_req_ids=list(so.preempted_req_ids),
+                finished_req_ids=finished_ids,
+                num_running=len(running),
+                num_waiting=len(self.scheduler.waiting),
+                kv_usage=float(getattr(kv, "usage", 0.0)),
+                num_free_blocks=int(free),
+                frame=frame,
+            )
+        )
 
     def _prompt_len(self, rid: str) -> int:
         req = self._requests.get(rid)
@@ -280,10 +349,14 @@ class LLMEngine:
         return self.request_stats.get(rid, {}).get("prompt_len", 0)
 
     # ------------------------------------------------------------------ offline API
-    def _add_all(self, prompts: PromptType | Sequence[PromptType],
-                 sampling_params: SamplingParams | Sequence[SamplingParams] | None) -> list[str]:
-        if isinstance(prompts, str) or (prompts and isinstance(prompts, Sequence)
-                                        and isinstance(prompts[0], int)):
+    def _add_all(
+        self,
+        prompts: PromptType | Sequence[PromptType],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None,
+    ) -> list[str]:
+        if isinstance(prompts, str) or (
+            prompts and isinstance(prompts, Sequence) and isinstance(prompts[0], int)
+        ):
             prompts = [prompts]  # one prompt, text or token ids
         prompts = list(prompts)
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
@@ -296,8 +369,11 @@ class LLMEngine:
             self._tokenize(p)
         return [self.add_request(None, p, sp) for p, sp in zip(prompts, params)]
 
-    def generate(self, prompts: PromptType | Sequence[PromptType],
-                 sampling_params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[RequestOutput]:
+    def generate(
+        self,
+        prompts: PromptType | Sequence[PromptType],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
         """Run prompts (strings or token-id lists) to completion; outputs in prompt order."""
         ids = self._add_all(prompts, sampling_params)
         wanted = set(ids)
@@ -310,9 +386,12 @@ class LLMEngine:
                     done[out.request_id] = out
         return [done[i] for i in ids]
 
-    def measure(self, prompts: PromptType | Sequence[PromptType],
-                sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-                label: str = "") -> "EngineRun":
+    def measure(
+        self,
+        prompts: PromptType | Sequence[PromptType],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        label: str = "",
+    ) -> EngineRun:
         """Run prompts like `generate` and return the measured run as a stamped `EngineRun`.
 
         The run keeps each step's plan (tokens, blocks held, preemptions) and timings and every
@@ -333,19 +412,30 @@ class LLMEngine:
         finally:
             self._capture = None
         sc = self.scheduler.config
-        settings = {"num_blocks": self.num_blocks, "block_size": self.block_size,
-                    "max_num_seqs": int(sc.max_num_seqs), "max_num_batched_tokens": int(sc.max_num_batched_tokens),
-                    "max_model_len": int(sc.max_model_len)}
-        run = EngineRun(label=str(label), settings=settings, request_ids=[o.request_id for o in outs],
-                        prompt_lens=[len(o.prompt_token_ids) for o in outs],
-                        output_token_ids=[list(map(int, o.outputs[0].token_ids)) for o in outs],
-                        wall_s=wall, steps=steps,
-                        free_blocks_after=int(getattr(self.kv_cache_manager, "num_free_blocks", 0)))
+        settings = {
+            "num_blocks": self.num_blocks,
+            "block_size": self.block_size,
+            "max_num_seqs": int(sc.max_num_seqs),
+            "max_num_batched_tokens": int(sc.max_num_batched_tokens),
+            "max_model_len": int(sc.max_model_len),
+        }
+        run = EngineRun(
+            label=str(label),
+            settings=settings,
+            request_ids=[o.request_id for o in outs],
+            prompt_lens=[len(o.prompt_token_ids) for o in outs],
+            output_token_ids=[list(map(int, o.outputs[0].token_ids)) for o in outs],
+            wall_s=wall,
+            steps=steps,
+            free_blocks_after=int(getattr(self.kv_cache_manager, "num_free_blocks", 0)),
+        )
         return stamp(run)
 
-    def stream(self, prompts: PromptType | Sequence[PromptType],
-               sampling_params: SamplingParams | Sequence[SamplingParams] | None = None
-               ) -> Iterator[RequestOutput]:
+    def stream(
+        self,
+        prompts: PromptType | Sequence[PromptType],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> Iterator[RequestOutput]:
         """Yield a cumulative RequestOutput every time one of these requests gets a token."""
         ids = set(self._add_all(prompts, sampling_params))
         pending = set(ids)
@@ -367,7 +457,9 @@ class LLMEngine:
             arrivals={r: s["arrival_time"] - offset for r, s in stats.items()},
             prompt_lens={r: s["prompt_len"] for r, s in stats.items()},
             output_lens={r: s["output_len"] for r, s in stats.items()},
-            policy=policy, num_slots=self.config.max_num_seqs)
+            policy=policy,
+            num_slots=self.config.max_num_seqs,
+        )
 
 
 class LLM:
@@ -376,8 +468,11 @@ class LLM:
     def __init__(self, model: str | Path | None = None, **kwargs: Any) -> None:
         self.llm_engine = LLMEngine(model, **kwargs)
 
-    def generate(self, prompts: PromptType | Sequence[PromptType],
-                 sampling_params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[RequestOutput]:
+    def generate(
+        self,
+        prompts: PromptType | Sequence[PromptType],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
         """Same as LLMEngine.generate."""
         return self.llm_engine.generate(prompts, sampling_params)
 

@@ -66,6 +66,8 @@ class EngineRun:
         return {k: sum(s[k] for s in self.steps) for k in ("schedule_s", "execute_s", "update_s")}
 
     def __repr__(self) -> str:
-        return (f"EngineRun({self.label!r}: {len(self.request_ids)} requests, {len(self.steps)} steps, "
-                f"{self.output_tokens} tokens in {self.wall_s:.2f} s, {self.num_preemptions} preemptions, "
-                f"{'stamped' if self.provenance else 'not stamped'})")
+        return (
+            f"EngineRun({self.label!r}: {len(self.request_ids)} requests, {len(self.steps)} steps, "
+            f"{self.output_tokens} tokens in {self.wall_s:.2f} s, {self.num_preemptions} preemptions, "
+            f"{'stamped' if self.provenance else 'not stamped'})"
+        )

@@ -6,9 +6,9 @@ plan (`SchedulerOutput`) and the requests' token ids; it never decides who runs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from .llama import AttentionMetadata, DecodeGroup, LlamaModel, PrefillSpan
 from .request import Request
@@ -30,8 +30,14 @@ class ModelRunnerOutput:
 class ModelRunner:
     """Loads a Llama checkpoint onto a device and executes scheduled batches against a paged cache."""
 
-    def __init__(self, model: str | Path, device: str = "cpu", dtype=None, seed: int = 0,
-                 num_threads: int | None = None) -> None:
+    def __init__(
+        self,
+        model: str | Path,
+        device: str = "cpu",
+        dtype=None,
+        seed: int = 0,
+        num_threads: int | None = None,
+    ) -> None:
         import torch
 
         if num_threads is not None and device == "cpu":
@@ -60,23 +66,29 @@ class ModelRunner:
         bs = self.block_size
         return [block_ids[p // bs] * bs + p % bs for p in range(start, end)]
 
-    def _decode_group(self, start: int, req_ids: list[str], ctx: list[int],
-                      block_tables: Mapping[str, list[int]]) -> DecodeGroup:
+    def _decode_group(
+        self, start: int, req_ids: list[str], ctx: list[int], block_tables: Mapping[str, list[int]]
+    ) -> DecodeGroup:
         """Padded context slots and mask for decode rows start .. start + len(req_ids)."""
         import torch
 
         longest = max(ctx)
         bs = self.block_size
         nblk = -(-longest // bs)
-        table = torch.tensor([(block_tables[r] + [0] * nblk)[:nblk] for r in req_ids],
-                             dtype=torch.long)  # (n, nblk), padded with block 0
+        table = torch.tensor(
+            [(block_tables[r] + [0] * nblk)[:nblk] for r in req_ids], dtype=torch.long
+        )  # (n, nblk), padded with block 0
         pos = torch.arange(longest)
         slots = table[:, pos // bs] * bs + pos % bs  # (n, longest)
         real = pos.unsqueeze(0) < torch.tensor(ctx).unsqueeze(1)  # (n, longest)
         # Additive float mask, made once per step: a bool mask would be converted in every layer.
         mask = torch.zeros(real.shape, dtype=self.model.dtype).masked_fill_(~real, float("-inf"))
-        return DecodeGroup(start, start + len(req_ids), slots.to(self.device),
-                           mask.view(len(req_ids), 1, 1, longest).to(self.device))
+        return DecodeGroup(
+            start,
+            start + len(req_ids),
+            slots.to(self.device),
+            mask.view(len(req_ids), 1, 1, longest).to(self.device),
+        )
 
     def prepare_inputs(self, scheduler_output: SchedulerOutput, requests: Mapping[str, Request]):
         """Flatten the plan: token ids, positions, cache slots, attention layout, rows to sample."""
@@ -119,18 +131,32 @@ class ModelRunner:
             if end == req.num_tokens:  # the chunk reaches the end: its last row predicts a token
                 logits_rows.append(row + n - 1)
                 sample_ids.append(rid)
-        groups = [self._decode_group(start, decodes[start:start + self.decode_group_size],
-                                     decode_ctx[start:start + self.decode_group_size], so.block_tables)
-                  for start in range(0, len(decodes), self.decode_group_size)]
+        groups = [
+            self._decode_group(
+                start,
+                decodes[start : start + self.decode_group_size],
+                decode_ctx[start : start + self.decode_group_size],
+                so.block_tables,
+            )
+            for start in range(0, len(decodes), self.decode_group_size)
+        ]
         meta = AttentionMetadata(
             slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),
-            num_decodes=len(decodes), decode_groups=groups, prefills=prefills)
-        return (torch.tensor(input_ids, dtype=torch.long, device=dev),
-                torch.tensor(positions, dtype=torch.long, device=dev), meta,
-                torch.tensor(logits_rows, dtype=torch.long, device=dev), sample_ids)
+            num_decodes=len(decodes),
+            decode_groups=groups,
+            prefills=prefills,
+        )
+        return (
+            torch.tensor(input_ids, dtype=torch.long, device=dev),
+            torch.tensor(positions, dtype=torch.long, device=dev),
+            meta,
+            torch.tensor(logits_rows, dtype=torch.long, device=dev),
+            sample_ids,
+        )
 
-    def execute_model(self, scheduler_output: SchedulerOutput,
-                      requests: Mapping[str, Request]) -> ModelRunnerOutput:
+    def execute_model(
+        self, scheduler_output: SchedulerOutput, requests: Mapping[str, Request]
+    ) -> ModelRunnerOutput:
         """One forward pass over the scheduled tokens, then sampling."""
         import torch
 
@@ -141,8 +167,9 @@ class ModelRunner:
             if so.blocks_to_copy:
                 self.model.copy_blocks(so.blocks_to_copy)
             input_ids, positions, meta, logits_rows, sample_ids = self.prepare_inputs(so, requests)
-            out = ModelRunnerOutput(num_decode_tokens=meta.num_decodes,
-                                    num_prefill_tokens=len(input_ids) - meta.num_decodes)
+            out = ModelRunnerOutput(
+                num_decode_tokens=meta.num_decodes, num_prefill_tokens=len(input_ids) - meta.num_decodes
+            )
             if sample_ids:
                 logits = self.model.forward(input_ids, positions, meta, logits_rows)
                 params = [requests[r].sampling_params for r in sample_ids]

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     import torch
 
 
-def apply_top_k_top_p(logits: "torch.Tensor", top_k: int, top_p: float) -> "torch.Tensor":
+def apply_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     """Set to -inf every logit outside the top-k tokens and outside the top-p nucleus (1-D logits)."""
     import torch
 
@@ -55,8 +55,13 @@ class Sampler:
             gen = self.generators[request_id] = torch.Generator(device=self.device).manual_seed(params.seed)
         return gen
 
-    def sample(self, logits: "torch.Tensor", request_ids: list[str],
-               params: list[SamplingParams], output_token_ids: list[list[int]] | None = None) -> list[int]:
+    def sample(
+        self,
+        logits: torch.Tensor,
+        request_ids: list[str],
+        params: list[SamplingParams],
+        output_token_ids: list[list[int]] | None = None,
+    ) -> list[int]:
         """One token id per row of `logits` (S, vocab); rows with logits_processors go through them first."""
         import torch
 

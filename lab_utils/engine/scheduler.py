@@ -14,8 +14,9 @@ are freed and it goes back to the front of the queue, to be prefilled again late
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from .request import Request, RequestStatus
 
@@ -84,8 +85,12 @@ class Scheduler:
             (request_id -> tokens) and `preempted_req_ids`. None uses the reference policy below.
     """
 
-    def __init__(self, kv_cache_manager: Any, config: SchedulerConfig | None = None,
-                 schedule_fn: Callable[["Scheduler"], _Plan] | None = None) -> None:
+    def __init__(
+        self,
+        kv_cache_manager: Any,
+        config: SchedulerConfig | None = None,
+        schedule_fn: Callable[[Scheduler], _Plan] | None = None,
+    ) -> None:
         self.kv_cache_manager = kv_cache_manager
         self.config = config or SchedulerConfig()
         self.schedule_fn = schedule_fn
@@ -183,8 +188,7 @@ class Scheduler:
 
         # 2. Waiting requests in arrival order (preempted ones sit at the front). As in vLLM, admit
         # none in a step that had to preempt: memory is short.
-        while (self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs
-               and not self._preempted):
+        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs and not self._preempted:
             req = self.waiting[0]
             hits, num_cached = kv.get_computed_blocks(req)
             n = self._num_new_tokens(req, num_cached, budget)
@@ -213,15 +217,19 @@ class Scheduler:
                 raise RuntimeError(f"plan gives {rid!r} {n} tokens; it has {left} uncomputed tokens")
             held = len(self.kv_cache_manager.get_block_ids(rid)) * self.kv_cache_manager.block_size
             if held < req.num_computed_tokens + n:
-                raise RuntimeError(f"plan gives {rid!r} {n} tokens but its blocks hold only {held} "
-                                   "tokens: call kv.allocate_slots before scheduling")
+                raise RuntimeError(
+                    f"plan gives {rid!r} {n} tokens but its blocks hold only {held} "
+                    "tokens: call kv.allocate_slots before scheduling"
+                )
             total += n
         if total > self.config.max_num_batched_tokens:
-            raise RuntimeError(f"plan schedules {total} tokens, over the budget of "
-                               f"{self.config.max_num_batched_tokens}")
+            raise RuntimeError(
+                f"plan schedules {total} tokens, over the budget of {self.config.max_num_batched_tokens}"
+            )
         if len(self.running) > self.config.max_num_seqs:
-            raise RuntimeError(f"{len(self.running)} requests running, over max_num_seqs="
-                               f"{self.config.max_num_seqs}")
+            raise RuntimeError(
+                f"{len(self.running)} requests running, over max_num_seqs={self.config.max_num_seqs}"
+            )
 
     def schedule(self) -> SchedulerOutput:
         """Plan one step with the reference policy or `schedule_fn`, and describe it as data."""
@@ -236,14 +244,18 @@ class Scheduler:
         pop_copies = getattr(kv, "pop_pending_copies", None)
         self.num_steps += 1
         return SchedulerOutput(
-            step=self.num_steps, req_ids=list(scheduled), num_scheduled_tokens=scheduled,
+            step=self.num_steps,
+            req_ids=list(scheduled),
+            num_scheduled_tokens=scheduled,
             num_computed_tokens={rid: self.requests[rid].num_computed_tokens for rid in scheduled},
             block_tables={rid: list(kv.get_block_ids(rid)) for rid in scheduled},
             new_req_ids=[r for r in self._admitted if r in scheduled],
             preempted_req_ids=list(self._preempted),
             blocks_to_copy=pop_copies() if pop_copies else [],
-            num_running=len(self.running), num_waiting=len(self.waiting),
-            token_budget=self.config.max_num_batched_tokens)
+            num_running=len(self.running),
+            num_waiting=len(self.waiting),
+            token_budget=self.config.max_num_batched_tokens,
+        )
 
     # ------------------------------------------------------------------ update
     def _check_stop(self, request: Request) -> bool:
@@ -254,12 +266,15 @@ class Scheduler:
         elif token in params.stop_token_ids:
             request.status = RequestStatus.FINISHED_STOPPED
             request.stop_reason = token
-        elif request.num_output_tokens >= params.max_tokens or request.num_tokens >= self.config.max_model_len:
+        elif (
+            request.num_output_tokens >= params.max_tokens or request.num_tokens >= self.config.max_model_len
+        ):
             request.status = RequestStatus.FINISHED_LENGTH_CAPPED
         return request.is_finished
 
-    def update_from_output(self, scheduler_output: SchedulerOutput,
-                           sampled_token_ids: dict[str, int]) -> list[Request]:
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, sampled_token_ids: dict[str, int]
+    ) -> list[Request]:
         """Record the step's work: advance progress, append sampled tokens, finish and free.
 
         Returns the requests that finished in this step.

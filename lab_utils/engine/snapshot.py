@@ -7,8 +7,9 @@ draws `to_sim_result(engine.snapshots, ...)`, which turns the steps into the sim
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 
 @dataclass
@@ -57,9 +58,14 @@ class StepSnapshot:
         return len(self.prefill) + len(self.decode)
 
 
-def to_sim_result(snapshots: Sequence[StepSnapshot], arrivals: dict[str, float] | None = None,
-                  prompt_lens: dict[str, int] | None = None, output_lens: dict[str, int] | None = None,
-                  policy: str = "course engine", num_slots: int | None = None):
+def to_sim_result(
+    snapshots: Sequence[StepSnapshot],
+    arrivals: dict[str, float] | None = None,
+    prompt_lens: dict[str, int] | None = None,
+    output_lens: dict[str, int] | None = None,
+    policy: str = "course engine",
+    num_slots: int | None = None,
+):
     """Turn measured steps into lab 03's `SimResult`, so its timeline plot draws a real run.
 
     Batch slots are handed out as the simulator does: a request admitted takes the lowest free
@@ -81,8 +87,12 @@ def to_sim_result(snapshots: Sequence[StepSnapshot], arrivals: dict[str, float] 
 
     def record(rid: str) -> RequestRecord:
         if rid not in records:
-            records[rid] = RequestRecord(rid, max(arrivals.get(rid, 0.0) - t0, 0.0),
-                                         int(prompt_lens.get(rid, 0)), int(output_lens.get(rid, 0)))
+            records[rid] = RequestRecord(
+                rid,
+                max(arrivals.get(rid, 0.0) - t0, 0.0),
+                int(prompt_lens.get(rid, 0)),
+                int(output_lens.get(rid, 0)),
+            )
         return records[rid]
 
     def close(rid: str, when: float) -> None:

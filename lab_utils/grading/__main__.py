@@ -9,32 +9,63 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab_utils.grading",
-                                     description="Grade submitted LLM Serving Lab notebooks.")
+    parser = argparse.ArgumentParser(
+        prog="python -m lab_utils.grading", description="Grade submitted LLM Serving Lab notebooks."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("grade", help="grade a folder of submissions (one folder per student)")
     g.add_argument("submissions", type=Path, help="folder with one sub-folder per student")
     g.add_argument("--out", type=Path, required=True, help="where gradebook.csv and feedback go")
-    g.add_argument("--hidden-tests", type=Path, default=None,
-                   help="instructor folder of hidden tests (labNN/test_*.py or test_NN_*.py)")
-    g.add_argument("--workers", type=int, default=1,
-                   help="notebooks graded at once (default 1); with --ray, the CPUs of the local Ray "
-                        "cluster started for the run")
-    g.add_argument("--ray", action="store_true",
-                   help="run each notebook as a Ray task (starts a local Ray cluster and stops it)")
-    g.add_argument("--ray-address", default=None, metavar="ADDRESS",
-                   help="run the tasks on an existing Ray cluster, e.g. ray://head:10001 or auto")
+    g.add_argument(
+        "--hidden-tests",
+        type=Path,
+        default=None,
+        help="instructor folder of hidden tests (labNN/test_*.py or test_NN_*.py)",
+    )
+    g.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="notebooks graded at once (default 1); with --ray, the CPUs of the local Ray "
+        "cluster started for the run",
+    )
+    g.add_argument(
+        "--ray",
+        action="store_true",
+        help="run each notebook as a Ray task (starts a local Ray cluster and stops it)",
+    )
+    g.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDRESS",
+        help="run the tasks on an existing Ray cluster, e.g. ray://head:10001 or auto",
+    )
     g.add_argument("--timeout", type=float, default=900, help="seconds allowed per notebook (default 900)")
-    g.add_argument("--memory-mb", type=int, default=8192,
-                   help="resident-memory limit per notebook run (kernel and the servers it starts) "
-                        "in MB; 0 for none (default 8192)")
+    g.add_argument(
+        "--memory-mb",
+        type=int,
+        default=8192,
+        help="resident-memory limit per notebook run (kernel and the servers it starts) "
+        "in MB; 0 for none (default 8192)",
+    )
     g.add_argument("--force", action="store_true", help="regrade unchanged submissions too")
-    g.add_argument("--seed", type=int, default=None,
-                   help="grading seed: each notebook runs on a scenario drawn from it and the hidden "
-                        "checks draw their cases from it (default: the seed kept in the instructor's "
-                        "folder, $LAB_INSTRUCTOR_DIR or ~/.config/llm-serving-lab/instructor/seed)")
-    g.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                   default=[], help="set a notebook parameter for every run, e.g. -p LIGHT True")
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="grading seed: each notebook runs on a scenario drawn from it and the hidden "
+        "checks draw their cases from it (default: the seed kept in the instructor's "
+        "folder, $LAB_INSTRUCTOR_DIR or ~/.config/llm-serving-lab/instructor/seed)",
+    )
+    g.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "VALUE"),
+        default=[],
+        help="set a notebook parameter for every run, e.g. -p LIGHT True",
+    )
     q = sub.add_parser("questions", help="list the graded questions of a lab")
     q.add_argument("lab")
     args = parser.parse_args(argv)
@@ -55,10 +86,20 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, SyntaxError):
             params[name] = value
     try:
-        grade_class(args.submissions, args.out, args.hidden_tests, workers=args.workers,
-                    timeout=args.timeout, memory_mb=args.memory_mb, force=args.force,
-                    parameters=params, seed=args.seed, ray=args.ray, ray_address=args.ray_address,
-                    progress=lambda line: print(line, flush=True))
+        grade_class(
+            args.submissions,
+            args.out,
+            args.hidden_tests,
+            workers=args.workers,
+            timeout=args.timeout,
+            memory_mb=args.memory_mb,
+            force=args.force,
+            parameters=params,
+            seed=args.seed,
+            ray=args.ray,
+            ray_address=args.ray_address,
+            progress=lambda line: print(line, flush=True),
+        )
     except (ValueError, RuntimeError) as exc:  # bad arguments, or Ray did not start
         print(f"error: {exc}", file=sys.stderr)
         return 2

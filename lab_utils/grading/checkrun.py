@@ -28,9 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--answers", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--per-question", type=int, default=120)
-    parser.add_argument("--seed", type=int, default=None,
-                        help="the seed the notebook ran with; hidden checks draw their cases from it "
-                             "(without it, only the public checks run)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="the seed the notebook ran with; hidden checks draw their cases from it "
+        "(without it, only the public checks run)",
+    )
     args = parser.parse_args(argv)
 
     from .probe import load_answers
@@ -43,16 +47,17 @@ def main(argv: list[str] | None = None) -> int:
     for q in questions_for(args.lab):
         bad = [n for n in q.answers if n in problems and n not in answers]
         if bad:
-            results.append(Result(q.id, q.points, 0.0, NOT_ANSWERED,
-                                  "; ".join(f"`{n}` {problems[n]}" for n in bad)))
+            results.append(
+                Result(q.id, q.points, 0.0, NOT_ANSWERED, "; ".join(f"`{n}` {problems[n]}" for n in bad))
+            )
             continue
         signal.alarm(args.per_question)
         try:
-            results.append(score(q, answers) if args.seed is None
-                           else score_graded(q, answers, args.seed))
+            results.append(score(q, answers) if args.seed is None else score_graded(q, answers, args.seed))
         except _CheckTimeout:
-            results.append(Result(q.id, q.points, 0.0, ERROR,
-                                  f"the check took longer than {args.per_question} s"))
+            results.append(
+                Result(q.id, q.points, 0.0, ERROR, f"the check took longer than {args.per_question} s")
+            )
         except BaseException as exc:  # SystemExit from a learner's function, and the like
             results.append(Result(q.id, q.points, 0.0, ERROR, f"{type(exc).__name__}: {exc}"[:300]))
         finally:

@@ -35,9 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     report("started")
     try:
         pm.execute_notebook(
-            args.input, args.output, kernel_name=args.kernel, cwd=args.cwd,
-            execution_timeout=args.cell_timeout, progress_bar=False, log_output=False,
-            request_save_on_cell_execute=True, allow_errors=True,
+            args.input,
+            args.output,
+            kernel_name=args.kernel,
+            cwd=args.cwd,
+            execution_timeout=args.cell_timeout,
+            progress_bar=False,
+            log_output=False,
+            request_save_on_cell_execute=True,
+            allow_errors=True,
         )
         report("ok")
     except PapermillExecutionError as exc:

@@ -85,17 +85,26 @@ def write_gradebook(out: Path, outcomes: list[Outcome]) -> Path:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["student", "lab", *qids, "total", "status"])
-    w.writerow(["points_possible", "", *[f"{possible[q]:g}" for q in qids],
-                f"{sum(possible.values()):g}", ""])
+    w.writerow(
+        ["points_possible", "", *[f"{possible[q]:g}" for q in qids], f"{sum(possible.values()):g}", ""]
+    )
     for o in sorted(outcomes, key=lambda o: (o.student, o.lab)):
-        w.writerow([o.student, o.lab, *[f"{o.scores[q]:g}" if q in o.scores else "" for q in qids],
-                    f"{o.total:g}", o.status])
+        w.writerow(
+            [
+                o.student,
+                o.lab,
+                *[f"{o.scores[q]:g}" if q in o.scores else "" for q in qids],
+                f"{o.total:g}",
+                o.status,
+            ]
+        )
     path = out / "gradebook.csv"
     atomic_write(path, buf.getvalue())
     return path
 
 
 # --- per-job result files (the cache a rerun resumes from) -------------------------------------
+
 
 def result_path(cache: Path, student: str, lab: str) -> Path:
     return cache / safe_name(student) / f"{lab}.json"
@@ -123,6 +132,7 @@ def save_result(cache: Path, outcome: Outcome) -> None:
 
 # --- the end-of-run report ---------------------------------------------------------------------
 
+
 def question_summary(outcomes: list[Outcome]) -> list[dict]:
     """Per question: how many rows, the mean and spread (population standard deviation) of the
     points, and how many scored zero."""
@@ -132,8 +142,16 @@ def question_summary(outcomes: list[Outcome]) -> list[dict]:
         possible = next(o.possible[qid] for o in outcomes if qid in o.possible)
         mean = sum(pts) / len(pts)
         spread = math.sqrt(sum((p - mean) ** 2 for p in pts) / len(pts))
-        rows.append({"question": qid, "possible": possible, "n": len(pts), "mean": mean,
-                     "spread": spread, "zeros": sum(p == 0 for p in pts)})
+        rows.append(
+            {
+                "question": qid,
+                "possible": possible,
+                "n": len(pts),
+                "mean": mean,
+                "spread": spread,
+                "zeros": sum(p == 0 for p in pts),
+            }
+        )
     return rows
 
 
@@ -144,8 +162,10 @@ def summary_text(outcomes: list[Outcome]) -> str:
     width = max(len(r["question"]) for r in rows)
     lines = [f"{'question':{width}s}  points     n   mean  spread  zeros"]
     for r in rows:
-        lines.append(f"{r['question']:{width}s}  {r['possible']:6g}  {r['n']:4d}  {r['mean']:5.2f}  "
-                     f"{r['spread']:6.2f}  {r['zeros']:5d}")
+        lines.append(
+            f"{r['question']:{width}s}  {r['possible']:6g}  {r['n']:4d}  {r['mean']:5.2f}  "
+            f"{r['spread']:6.2f}  {r['zeros']:5d}"
+        )
     return "\n".join(lines)
 
 
@@ -163,8 +183,13 @@ def write_histogram(out: Path, outcomes: list[Outcome]) -> Path | None:
     for ax, lab in zip(axes[:, 0], labs):
         rows = [o for o in outcomes if o.lab == lab]
         possible = max(sum(o.possible.values()) for o in rows)
-        ax.hist([o.total for o in rows], bins=max(1, min(20, int(math.ceil(possible)))),
-                range=(0, max(possible, 1e-9)), color="#4477aa", edgecolor="white")
+        ax.hist(
+            [o.total for o in rows],
+            bins=max(1, min(20, int(math.ceil(possible)))),
+            range=(0, max(possible, 1e-9)),
+            color="#4477aa",
+            edgecolor="white",
+        )
         ax.set_title(f"lab {lab}: totals of {len(rows)} submission(s)")
         ax.set_xlabel(f"points (of {possible:g})")
         ax.set_ylabel("submissions")

@@ -48,8 +48,17 @@ import threading
 import time
 from pathlib import Path
 
-from .gradebook import (Job, Outcome, atomic_write, load_result, save_result, safe_name, summary_text,
-                        write_gradebook, write_histogram)
+from .gradebook import (
+    Job,
+    Outcome,
+    atomic_write,
+    load_result,
+    safe_name,
+    save_result,
+    summary_text,
+    write_gradebook,
+    write_histogram,
+)
 from .registry import all_questions, questions_for
 from .sandbox import Status, run_limited
 
@@ -58,8 +67,18 @@ LAB_RE = re.compile(r"^(\d\d)[_\-\w .]*\.ipynb$")
 LAB_PREFIX_RE = re.compile(r"^(\d\d)[_\-. ]")
 MAX_OUTPUT_CHARS = 20_000  # per output, in the executed copy kept for the instructor
 
-__all__ = ["Grader", "Job", "Outcome", "Status", "discover", "grade_class", "instructor_dir",
-           "instructor_seed", "job_seed", "write_gradebook"]
+__all__ = [
+    "Grader",
+    "Job",
+    "Outcome",
+    "Status",
+    "discover",
+    "grade_class",
+    "instructor_dir",
+    "instructor_seed",
+    "job_seed",
+    "write_gradebook",
+]
 
 # kept for callers of the old private names
 _atomic_write = atomic_write
@@ -68,12 +87,13 @@ _safe = safe_name
 
 # --- discovery ---------------------------------------------------------------------------------
 
+
 def _student_key(name: str) -> str:
     return re.sub(r"[\W_]+", "", name).casefold()
 
 
 def _readable(path: Path) -> str:
-    """"" if the file can be read, else why not."""
+    """ "" if the file can be read, else why not."""
     try:
         with open(path, "rb") as f:
             f.read(1)
@@ -92,8 +112,10 @@ def discover(submissions: Path) -> tuple[list[Job], list[str]]:
     folders = sorted(p for p in submissions.iterdir() if p.is_dir())
     for p in sorted(submissions.iterdir()):
         if not p.is_dir():
-            warnings.append(f"{p.name}: not a student folder (put each student's files in a folder "
-                            "named for the student; unpack archives first); skipped")
+            warnings.append(
+                f"{p.name}: not a student folder (put each student's files in a folder "
+                "named for the student; unpack archives first); skipped"
+            )
     same: dict[str, list[str]] = {}
     for d in folders:
         same.setdefault(_student_key(d.name), []).append(d.name)
@@ -105,7 +127,9 @@ def discover(submissions: Path) -> tuple[list[Job], list[str]]:
             if f.name.endswith(".ipynb"):
                 m = LAB_RE.match(f.name)
                 if not m:
-                    warnings.append(f"{student}/{f.name}: name does not start with a lab number like 02_; skipped")
+                    warnings.append(
+                        f"{student}/{f.name}: name does not start with a lab number like 02_; skipped"
+                    )
                     continue
                 by_lab.setdefault(m.group(1), []).append(f)
             elif (m := LAB_PREFIX_RE.match(f.name)) and not f.name.startswith("."):
@@ -113,8 +137,16 @@ def discover(submissions: Path) -> tuple[list[Job], list[str]]:
         for lab, files in others.items():
             if lab not in by_lab:  # a lab's work handed in as something other than a notebook
                 f = files[0]
-                jobs.append(Job(student, lab, f, Status.NOT_A_NOTEBOOK.text(
-                    f"{f.name} is not a .ipynb file; submit the notebook saved by JupyterLab")))
+                jobs.append(
+                    Job(
+                        student,
+                        lab,
+                        f,
+                        Status.NOT_A_NOTEBOOK.text(
+                            f"{f.name} is not a .ipynb file; submit the notebook saved by JupyterLab"
+                        ),
+                    )
+                )
         if not by_lab and not others:
             warnings.append(f"{student}: no notebook to grade")
         twins = same[_student_key(student)]
@@ -123,10 +155,12 @@ def discover(submissions: Path) -> tuple[list[Job], list[str]]:
             if len(twins) > 1:
                 problem = Status.DUPLICATE.text(
                     f"student folders {' and '.join(twins)} have the same name ignoring case and "
-                    "punctuation; merge them into one folder")
+                    "punctuation; merge them into one folder"
+                )
             elif len(files) > 1:
                 problem = Status.DUPLICATE.text(
-                    f"{len(files)} notebooks for lab {lab} ({', '.join(f.name for f in files)}); keep one")
+                    f"{len(files)} notebooks for lab {lab} ({', '.join(f.name for f in files)}); keep one"
+                )
             elif why := _readable(nb):
                 problem = Status.UNREADABLE.text(why)
             else:
@@ -165,8 +199,9 @@ def content_problem(nb, lab: str) -> str:
     called = sorted(set(re.findall(r"lab_scenario\(\s*['\"](\d\d)['\"]", text)))
     if called and lab not in called:
         return Status.WRONG_LAB.text(
-            f"named for lab {lab} but its code is lab {called[0]}'s (lab_scenario(\"{called[0]}\"...)); "
-            f"rename it {called[0]}_... if that is the work meant")
+            f'named for lab {lab} but its code is lab {called[0]}\'s (lab_scenario("{called[0]}"...)); '
+            f"rename it {called[0]}_... if that is the work meant"
+        )
     if called:
         return ""
     defined: set[str] = set()
@@ -180,11 +215,13 @@ def content_problem(nb, lab: str) -> str:
         best = max((n, other) for other, n in hits.items() if other != lab) if len(hits) > 1 else (0, "")
         if best[0] >= 2:
             return Status.WRONG_LAB.text(
-                f"named for lab {lab} but it defines lab {best[1]}'s answers and none of lab {lab}'s")
+                f"named for lab {lab} but it defines lab {best[1]}'s answers and none of lab {lab}'s"
+            )
     return ""
 
 
 # --- one notebook ------------------------------------------------------------------------------
+
 
 def _snapshot_lab_utils(dest: Path) -> Path:
     src = Path(__file__).resolve().parent.parent
@@ -228,10 +265,19 @@ def job_seed(seed: int, student: str, lab: str) -> int:
 class Grader:
     """Grades jobs one at a time (thread-safe; the CLI runs several in parallel)."""
 
-    def __init__(self, out: Path, hidden_tests: Path | None = None, timeout: float = 900,
-                 memory_mb: int = 8192, check_timeout: float = 300, python: str | None = None,
-                 kernel: str = "python3", parameters: dict | None = None, seed: int | None = None,
-                 keep_answers: bool = False):
+    def __init__(
+        self,
+        out: Path,
+        hidden_tests: Path | None = None,
+        timeout: float = 900,
+        memory_mb: int = 8192,
+        check_timeout: float = 300,
+        python: str | None = None,
+        kernel: str = "python3",
+        parameters: dict | None = None,
+        seed: int | None = None,
+        keep_answers: bool = False,
+    ):
         if timeout <= 0:
             raise ValueError(f"--timeout must be positive seconds, got {timeout}")
         if memory_mb < 0:
@@ -247,8 +293,9 @@ class Grader:
         self.kernel = kernel
         self.parameters = parameters or {}
         if "SEED" in self.parameters:
-            raise ValueError("do not set SEED as a parameter: the grader draws each notebook's seed "
-                             "from --seed")
+            raise ValueError(
+                "do not set SEED as a parameter: the grader draws each notebook's seed from --seed"
+            )
         self.seed = int(seed) if seed is not None else instructor_seed()
         self.keep_answers = keep_answers  # copy each run's saved answers to OUT/answers (tests reuse them)
         self.scratch = Path(tempfile.mkdtemp(prefix="lab-grader-"))
@@ -257,9 +304,15 @@ class Grader:
 
     def config(self) -> dict:
         """What another process needs to build an equal Grader (a Ray task on any node)."""
-        return {"hidden_tests": self.hidden, "timeout": self.timeout, "memory_mb": self.memory_mb,
-                "check_timeout": self.check_timeout, "kernel": self.kernel,
-                "parameters": dict(self.parameters), "seed": self.seed}
+        return {
+            "hidden_tests": self.hidden,
+            "timeout": self.timeout,
+            "memory_mb": self.memory_mb,
+            "check_timeout": self.check_timeout,
+            "kernel": self.kernel,
+            "parameters": dict(self.parameters),
+            "seed": self.seed,
+        }
 
     def close(self) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)
@@ -326,8 +379,11 @@ class Grader:
             if not qs:
                 outcome.status = Status.NO_QUESTIONS.text(f"lab {job.lab} has none")
             run_dir = work / "run"
-            shutil.copytree(job.notebook.parent, run_dir,
-                            ignore=lambda d, names: [n for n in names if n.endswith(".ipynb") and n != job.notebook.name])
+            shutil.copytree(
+                job.notebook.parent,
+                run_dir,
+                ignore=lambda d, names: [n for n in names if n.endswith(".ipynb") and n != job.notebook.name],
+            )
             answers_dir = work / "answers"
             answers_dir.mkdir()
             from .probe import instrument
@@ -346,12 +402,27 @@ class Grader:
             nbformat.write(nb, str(src))
             status_file = work / "status.json"
             code, killed = run_limited(
-                [self.python, "-m", "lab_utils.grading.execute", str(src), str(executed),
-                 "--cwd", str(run_dir), "--cell-timeout", str(self.timeout),
-                 "--status", str(status_file), "--kernel", self.kernel],
-                timeout=self.timeout, memory_mb=self.memory_mb,
-                env=self._env(_snapshot_lab_utils(work / "kernel-lib"), work, key), cwd=work,
-                log=work / "execute.log")
+                [
+                    self.python,
+                    "-m",
+                    "lab_utils.grading.execute",
+                    str(src),
+                    str(executed),
+                    "--cwd",
+                    str(run_dir),
+                    "--cell-timeout",
+                    str(self.timeout),
+                    "--status",
+                    str(status_file),
+                    "--kernel",
+                    self.kernel,
+                ],
+                timeout=self.timeout,
+                memory_mb=self.memory_mb,
+                env=self._env(_snapshot_lab_utils(work / "kernel-lib"), work, key),
+                cwd=work,
+                log=work / "execute.log",
+            )
             if qs:
                 outcome.status = _run_status(code, killed, status_file, self.timeout, self.memory_mb)
             results = self._check(job.lab, answers_dir, work, seed, key)
@@ -376,16 +447,41 @@ class Grader:
     def _check(self, lab: str, answers_dir: Path, work: Path, seed: int, key: str) -> list[dict]:
         out = work / "scores.json"
         code, killed = run_limited(
-            [self.python, "-m", "lab_utils.grading.checkrun", "--lab", lab, "--answers", str(answers_dir),
-             "--out", str(out), "--seed", str(seed)], timeout=self.check_timeout, memory_mb=self.memory_mb,
-            env=self._env(work=work, key=key), cwd=work, log=work / "check.log")
+            [
+                self.python,
+                "-m",
+                "lab_utils.grading.checkrun",
+                "--lab",
+                lab,
+                "--answers",
+                str(answers_dir),
+                "--out",
+                str(out),
+                "--seed",
+                str(seed),
+            ],
+            timeout=self.check_timeout,
+            memory_mb=self.memory_mb,
+            env=self._env(work=work, key=key),
+            cwd=work,
+            log=work / "check.log",
+        )
         try:
             return json.loads(out.read_text())
         except (OSError, ValueError):
             reason = {Status.TIMEOUT: "timed out", Status.MEMORY_LIMIT: "ran out of memory"}.get(
-                killed, f"exited with {code}")
-            return [{"id": q.id, "points": q.points, "earned": 0.0, "status": "error",
-                     "message": f"the checking process {reason}"} for q in questions_for(lab)]
+                killed, f"exited with {code}"
+            )
+            return [
+                {
+                    "id": q.id,
+                    "points": q.points,
+                    "earned": 0.0,
+                    "status": "error",
+                    "message": f"the checking process {reason}",
+                }
+                for q in questions_for(lab)
+            ]
 
     def _hidden_files(self, lab: str) -> list[Path]:
         if not self.hidden:
@@ -413,16 +509,42 @@ class Grader:
             shutil.copy(f, tests / f.name)
         report = work / "hidden.json"
         run_limited(
-            [self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "lab_utils.grading.hidden",
-             "--answers", str(answers_dir), "--hidden-report", str(report), "--rootdir", str(tests),
-             "-o", "addopts=", str(tests)],
-            timeout=self.check_timeout, memory_mb=self.memory_mb, env=self._env(work=work, key=key), cwd=tests,
-            log=work / "hidden.log")
+            [
+                self.python,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "lab_utils.grading.hidden",
+                "--answers",
+                str(answers_dir),
+                "--hidden-report",
+                str(report),
+                "--rootdir",
+                str(tests),
+                "-o",
+                "addopts=",
+                str(tests),
+            ],
+            timeout=self.check_timeout,
+            memory_mb=self.memory_mb,
+            env=self._env(work=work, key=key),
+            cwd=tests,
+            log=work / "hidden.log",
+        )
         try:
             return json.loads(report.read_text())
         except (OSError, ValueError):
-            return [{"name": "hidden_tests", "outcome": "error", "points": 1.0,
-                     "message": "the hidden tests did not report (timed out or crashed)"}]
+            return [
+                {
+                    "name": "hidden_tests",
+                    "outcome": "error",
+                    "points": 1.0,
+                    "message": "the hidden tests did not report (timed out or crashed)",
+                }
+            ]
 
     def _keep_executed(self, job: Job, executed: Path) -> None:
         import nbformat
@@ -479,8 +601,9 @@ def _run_status(code, killed: Status | None, status_file: Path, timeout: float, 
     if killed is Status.TIMEOUT:
         return Status.TIMEOUT.text(f"stopped after {timeout:.0f} s; answers saved before then were graded")
     if killed is Status.MEMORY_LIMIT:
-        return Status.MEMORY_LIMIT.text(f"used more than {memory_mb} MB and was stopped; answers saved "
-                                        "before then were graded")
+        return Status.MEMORY_LIMIT.text(
+            f"used more than {memory_mb} MB and was stopped; answers saved before then were graded"
+        )
     try:
         info = json.loads(status_file.read_text())
     except (OSError, ValueError):
@@ -521,11 +644,20 @@ def _truncate_outputs(nb) -> None:
 
 def _feedback(job: Job, outcome: Outcome, results: list[dict], hidden: list[dict], problem: str) -> str:
     possible = sum(outcome.possible.values())
-    lines = [f"# Lab {job.lab} — {job.student}", "",
-             f"Score: **{outcome.total:g} / {possible:g}**", "", f"Run: {outcome.status}", ""]
+    lines = [
+        f"# Lab {job.lab} — {job.student}",
+        "",
+        f"Score: **{outcome.total:g} / {possible:g}**",
+        "",
+        f"Run: {outcome.status}",
+        "",
+    ]
     if problem:
-        lines += [f"The notebook could not be graded: {problem}.",
-                  "Submit the .ipynb file saved by JupyterLab (File > Save), not a renamed or edited copy.", ""]
+        lines += [
+            f"The notebook could not be graded: {problem}.",
+            "Submit the .ipynb file saved by JupyterLab (File > Save), not a renamed or edited copy.",
+            "",
+        ]
     if results:
         lines += ["| question | points | status | hint |", "|---|---|---|---|"]
         for r in results:
@@ -536,17 +668,30 @@ def _feedback(job: Job, outcome: Outcome, results: list[dict], hidden: list[dict
         lines += ["Hidden tests:", ""]
         for h in hidden:
             mark = "passed" if h["outcome"] == "passed" else "failed"
-            lines.append(f"- {h['name']}: {mark} ({h['points'] if mark == 'passed' else 0:g}/{h['points']:g})")
+            lines.append(
+                f"- {h['name']}: {mark} ({h['points'] if mark == 'passed' else 0:g}/{h['points']:g})"
+            )
         lines.append("")
     return "\n".join(lines)
 
 
 # --- a class -----------------------------------------------------------------------------------
 
-def grade_class(submissions: Path, out: Path, hidden_tests: Path | None = None, workers: int = 1,
-                timeout: float = 900, memory_mb: int = 8192, force: bool = False,
-                parameters: dict | None = None, progress=print, seed: int | None = None,
-                ray: bool = False, ray_address: str | None = None) -> list[Outcome]:
+
+def grade_class(
+    submissions: Path,
+    out: Path,
+    hidden_tests: Path | None = None,
+    workers: int = 1,
+    timeout: float = 900,
+    memory_mb: int = 8192,
+    force: bool = False,
+    parameters: dict | None = None,
+    progress=print,
+    seed: int | None = None,
+    ray: bool = False,
+    ray_address: str | None = None,
+) -> list[Outcome]:
     """Grade every notebook under `submissions` into `out`; returns the outcomes.
 
     `ray=True` (or a `ray_address`) runs each notebook as a Ray task; `workers` is then the number
@@ -561,8 +706,7 @@ def grade_class(submissions: Path, out: Path, hidden_tests: Path | None = None, 
     cache = out / ".cache"
     if seed is None:
         seed = instructor_seed(progress)
-    grader = Grader(out, hidden_tests, timeout=timeout, memory_mb=memory_mb, parameters=parameters,
-                    seed=seed)
+    grader = Grader(out, hidden_tests, timeout=timeout, memory_mb=memory_mb, parameters=parameters, seed=seed)
     outcomes: list[Outcome] = []
     lock = threading.Lock()
     try:
@@ -583,8 +727,13 @@ def grade_class(submissions: Path, out: Path, hidden_tests: Path | None = None, 
                 todo.append(job)
         if kept:
             progress(f"{kept} unchanged notebook(s) kept from the last run (--force regrades them)")
-        where = (f"Ray at {ray_address}" if ray_address else f"a local Ray cluster of {workers} CPU(s)"
-                 if ray else f"{workers} worker(s)")
+        where = (
+            f"Ray at {ray_address}"
+            if ray_address
+            else f"a local Ray cluster of {workers} CPU(s)"
+            if ray
+            else f"{workers} worker(s)"
+        )
         progress(f"grading {len(todo)} notebook(s) on {where}, {timeout:.0f} s and {memory_mb} MB each")
         write_gradebook(out, outcomes)
         bar = _runner.Progress(len(todo), progress)
@@ -607,8 +756,9 @@ def grade_class(submissions: Path, out: Path, hidden_tests: Path | None = None, 
                 bar.update(outcome)
 
         if ray or ray_address:
-            _runner.run_ray(grader.config(), todo, finished, address=ray_address, num_cpus=workers,
-                            progress=progress)
+            _runner.run_ray(
+                grader.config(), todo, finished, address=ray_address, num_cpus=workers, progress=progress
+            )
         else:
             _runner.run_local(grader, todo, workers, finished)
         path = write_gradebook(out, outcomes)

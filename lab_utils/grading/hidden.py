@@ -49,8 +49,14 @@ def pytest_runtest_logreport(report):
         message = ""
         if report.outcome != "passed":
             message = str(report.longrepr).strip().splitlines()[-1][:300] if report.longrepr else ""
-        _RESULTS.append({"name": report.nodeid.split("::")[-1], "outcome": report.outcome,
-                         "points": points, "message": message})
+        _RESULTS.append(
+            {
+                "name": report.nodeid.split("::")[-1],
+                "outcome": report.outcome,
+                "points": points,
+                "message": message,
+            }
+        )
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -57,8 +57,11 @@ def _typed_in(value):
     if isinstance(value, dict):
         return {k: _typed_in(v) for k, v in value.items() if k != "provenance"}
     if isinstance(value, (list, tuple)):
-        return type(value)(_typed_in(v) for v in value) if isinstance(value, list) else tuple(
-            _typed_in(v) for v in value)
+        return (
+            type(value)(_typed_in(v) for v in value)
+            if isinstance(value, list)
+            else tuple(_typed_in(v) for v in value)
+        )
     try:
         return float(value)  # numpy scalars
     except (TypeError, ValueError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 PROBE_TAG = "grader-probe"
 
-_TEMPLATE = '''# inserted by the grader after every cell; not part of the submission
+_TEMPLATE = """# inserted by the grader after every cell; not part of the submission
 def _lab_grader_probe(_names={names!r}, _folder={folder!r}, _final={final!r}):
     import hashlib, os
     try:
@@ -40,7 +40,7 @@ def _lab_grader_probe(_names={names!r}, _folder={folder!r}, _final={final!r}):
             os.remove(_path + ".error")
 _lab_grader_probe()
 del _lab_grader_probe
-'''
+"""
 
 
 def probe_source(names: list[str], folder: str, final: bool = False) -> str:

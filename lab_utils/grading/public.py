@@ -46,8 +46,14 @@ def _show(result: Result) -> None:
         from IPython.display import display
 
         if get_ipython() is not None:
-            display({CHECK_MIME: result.to_dict(), "text/plain": line,
-                     "text/html": f"<b>{html.escape(line)}</b>"}, raw=True)
+            display(
+                {
+                    CHECK_MIME: result.to_dict(),
+                    "text/plain": line,
+                    "text/html": f"<b>{html.escape(line)}</b>",
+                },
+                raw=True,
+            )
             return
     except ImportError:
         pass

@@ -28,10 +28,10 @@ import hashlib
 import importlib
 import pkgutil
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-_REGISTRY: dict[str, "Question"] = {}
+_REGISTRY: dict[str, Question] = {}
 _HIDDEN: dict[str, Callable[..., float | None]] = {}
 _SCENARIOS: dict[str, Callable[[random.Random], dict]] = {}
 
@@ -63,9 +63,15 @@ class Question:
         return self.id.split(".", 1)[0]
 
 
-def question(qid: str, points: float, answers: list[str], description: str = "",
-             forbid: list[str] | None = None, allow_none: list[str] | None = None,
-             predict: bool = False):
+def question(
+    qid: str,
+    points: float,
+    answers: list[str],
+    description: str = "",
+    forbid: list[str] | None = None,
+    allow_none: list[str] | None = None,
+    predict: bool = False,
+):
     """Register the public check function for question `qid` (decorator)."""
     if "." not in qid or not qid.split(".", 1)[0].isdigit():
         raise ValueError(f"question id {qid!r} must look like '02.name' (lab number, dot, name)")
@@ -75,9 +81,16 @@ def question(qid: str, points: float, answers: list[str], description: str = "",
         raise ValueError(f"question {qid}: name at least one answer variable")
 
     def register(fn: Callable[..., float | None]) -> Callable[..., float | None]:
-        _REGISTRY[qid] = Question(qid, float(points), tuple(answers), fn,
-                                  description or (fn.__doc__ or "").strip(),
-                                  tuple(forbid or ()), tuple(allow_none or ()), bool(predict))
+        _REGISTRY[qid] = Question(
+            qid,
+            float(points),
+            tuple(answers),
+            fn,
+            description or (fn.__doc__ or "").strip(),
+            tuple(forbid or ()),
+            tuple(allow_none or ()),
+            bool(predict),
+        )
         return fn
 
     return register

@@ -19,10 +19,10 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
 
 from .gradebook import Job, Outcome
 from .sandbox import Status
@@ -32,9 +32,11 @@ RAY_START_WAIT_S = float(os.environ.get("LAB_RAY_START_WAIT_S", 120))
 # Ray's own start-up timeouts, raised for a local cluster on a loaded machine (its raylet gives up
 # after 15 s when the metrics agent is slow to start, its workers after 60 s); the local cluster's
 # processes read them from the environment. Values already set by the instructor win.
-RAY_PATIENCE = {"RAY_agent_register_timeout_ms": str(int(RAY_START_WAIT_S * 1000)),
-                "RAY_worker_register_timeout_seconds": str(int(RAY_START_WAIT_S)),
-                "RAY_raylet_start_wait_time_s": str(int(RAY_START_WAIT_S))}
+RAY_PATIENCE = {
+    "RAY_agent_register_timeout_ms": str(int(RAY_START_WAIT_S * 1000)),
+    "RAY_worker_register_timeout_seconds": str(int(RAY_START_WAIT_S)),
+    "RAY_raylet_start_wait_time_s": str(int(RAY_START_WAIT_S)),
+}
 
 Result = tuple[Job, Outcome | None, str, bytes | None, str]  # job, outcome, feedback, executed, error
 
@@ -54,9 +56,11 @@ class Progress:
         left = elapsed / self.done * (self.total - self.done)
         filled = round(self.width * self.done / max(self.total, 1))
         bar = "#" * filled + "." * (self.width - filled)
-        line = (f"[{self.done}/{self.total}] {bar} {self.failed} failed, about {left:.0f} s left | "
-                f"{outcome.student} lab {outcome.lab}: {outcome.total:g}/{sum(outcome.possible.values()):g}"
-                f" — {outcome.status} ({outcome.seconds:.0f} s)")
+        line = (
+            f"[{self.done}/{self.total}] {bar} {self.failed} failed, about {left:.0f} s left | "
+            f"{outcome.student} lab {outcome.lab}: {outcome.total:g}/{sum(outcome.possible.values()):g}"
+            f" — {outcome.status} ({outcome.seconds:.0f} s)"
+        )
         self.emit(line)
         return line
 
@@ -76,6 +80,7 @@ def run_local(grader, jobs: list[Job], workers: int, on_result: Callable[[Result
 
 # --- Ray ---------------------------------------------------------------------------------------
 
+
 def _folder_bytes(job: Job) -> dict[str, bytes]:
     """The files of the student's folder a run needs: the notebook, and the non-notebook files."""
     files: dict[str, bytes] = {}
@@ -91,8 +96,9 @@ def _folder_bytes(job: Job) -> dict[str, bytes]:
     return files
 
 
-def grade_shipped(config: dict, student: str, lab: str, name: str,
-                  files: dict[str, bytes]) -> tuple[dict, str, bytes | None]:
+def grade_shipped(
+    config: dict, student: str, lab: str, name: str, files: dict[str, bytes]
+) -> tuple[dict, str, bytes | None]:
     """A Ray task's body: rebuild the student's folder here, grade it, return what the driver writes."""
     from .grader import Grader
 
@@ -115,12 +121,21 @@ def grade_shipped(config: dict, student: str, lab: str, name: str,
         shutil.rmtree(home, ignore_errors=True)
 
 
-def run_ray(config: dict, jobs: list[Job], on_result: Callable[[Result], None], *, address: str | None,
-            num_cpus: int, progress: Callable[[str], None]) -> None:
+def run_ray(
+    config: dict,
+    jobs: list[Job],
+    on_result: Callable[[Result], None],
+    *,
+    address: str | None,
+    num_cpus: int,
+    progress: Callable[[str], None],
+) -> None:
     try:
         import ray
     except ImportError:
-        raise ValueError("--ray needs Ray: pip install -r requirements/course-cpu.txt (plain `ray`)") from None
+        raise ValueError(
+            "--ray needs Ray: pip install -r requirements/course-cpu.txt (plain `ray`)"
+        ) from None
 
     package = Path(__file__).resolve().parent.parent  # lab_utils
     started = False
@@ -132,8 +147,11 @@ def run_ray(config: dict, jobs: list[Job], on_result: Callable[[Result], None], 
             for name, value in RAY_PATIENCE.items():
                 os.environ.setdefault(name, value)
             path = os.pathsep.join(filter(None, [str(package.parent), os.environ.get("PYTHONPATH")]))
-            kwargs = {"num_cpus": num_cpus, "include_dashboard": False,
-                      "runtime_env": {"env_vars": {"PYTHONPATH": path}}}
+            kwargs = {
+                "num_cpus": num_cpus,
+                "include_dashboard": False,
+                "runtime_env": {"env_vars": {"PYTHONPATH": path}},
+            }
         try:
             with _patient_ray_start(ray):
                 ray.init(log_to_driver=False, **kwargs)
@@ -189,8 +207,10 @@ def _patient_ray_start(ray):
     raylet = getattr(ray, "_raylet", None)
     original_get = getattr(services, "get_node", None)
     original_start = getattr(services, "start_raylet", None)
-    names = [getattr(raylet, n, None) for n in ("DASHBOARD_AGENT_LISTEN_PORT_NAME", "METRICS_AGENT_PORT_NAME",
-                                                 "METRICS_EXPORT_PORT_NAME")]
+    names = [
+        getattr(raylet, n, None)
+        for n in ("DASHBOARD_AGENT_LISTEN_PORT_NAME", "METRICS_AGENT_PORT_NAME", "METRICS_EXPORT_PORT_NAME")
+    ]
     persist = getattr(raylet, "persist_port", None)
     dependency_error = getattr(getattr(private, "utils", None), "get_dashboard_dependency_error", None)
     if None in (original_get, original_start, persist, dependency_error, *names):

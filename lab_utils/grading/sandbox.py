@@ -62,6 +62,7 @@ class Status(str, enum.Enum):
 
 # --- the parent side ---------------------------------------------------------------------------
 
+
 def tree_rss_mb(pid: int) -> float:
     """Resident memory of a process and all its descendants, in MB."""
     import psutil
@@ -100,8 +101,9 @@ def kill_tree(pid: int) -> None:
         pass  # the group is already gone
 
 
-def run_limited(cmd: list[str], *, timeout: float, memory_mb: int, env: dict, cwd: Path,
-                log: Path) -> tuple[int | None, Status | None]:
+def run_limited(
+    cmd: list[str], *, timeout: float, memory_mb: int, env: dict, cwd: Path, log: Path
+) -> tuple[int | None, Status | None]:
     """Run cmd in its own session under a wall-time and a resident-memory limit.
 
     Returns (exit code, None) when it finished, or (None, Status.TIMEOUT | Status.MEMORY_LIMIT)
@@ -109,8 +111,15 @@ def run_limited(cmd: list[str], *, timeout: float, memory_mb: int, env: dict, cw
     """
     guarded = [cmd[0], str(Path(__file__).resolve()), "--guard", str(os.getpid()), "--", *cmd]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(guarded, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=str(cwd), start_new_session=True)
+        proc = subprocess.Popen(
+            guarded,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=str(cwd),
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout
         stopped: Status | None = None
         code: int | None = None
@@ -138,6 +147,7 @@ def run_limited(cmd: list[str], *, timeout: float, memory_mb: int, env: dict, cw
 
 
 # --- the guard (this file run as a script) -----------------------------------------------------
+
 
 def _guard(parent: int, cmd: list[str]) -> int:
     import resource

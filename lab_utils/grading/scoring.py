@@ -49,6 +49,7 @@ class UsesReference(Exception):
 
 # --- forbidden references ----------------------------------------------------------------------
 
+
 def _resolve(spec: str):
     module, _, attr = spec.partition(":")
     obj = importlib.import_module(module)
@@ -106,11 +107,17 @@ def _check_identity(q: Question, values: dict, forbidden: list) -> None:
             same = value is ref or inner is ref
             if not same and isinstance(value, type) and isinstance(ref, type):
                 same = issubclass(value, ref)
-            if not same and callable(value) and _code_objects(value) and _code_objects(value) == _code_objects(ref):
+            if (
+                not same
+                and callable(value)
+                and _code_objects(value)
+                and _code_objects(value) == _code_objects(ref)
+            ):
                 same = True
             if same:
-                raise UsesReference(f"`{name}` is the course's reference `{spec.split(':')[-1]}`; "
-                                    "write your own")
+                raise UsesReference(
+                    f"`{name}` is the course's reference `{spec.split(':')[-1]}`; write your own"
+                )
 
 
 class _CallWatch:
@@ -148,6 +155,7 @@ class _CallWatch:
 
 # --- running a check ---------------------------------------------------------------------------
 
+
 def _run(q: Question, fn, values: dict, extra: dict, forbidden: list) -> tuple[float | None, str, str]:
     """Run one check function: (fraction or None on failure, status, message)."""
     watch = _CallWatch(forbidden)
@@ -164,7 +172,11 @@ def _run(q: Question, fn, values: dict, extra: dict, forbidden: list) -> tuple[f
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return None, ERROR, f"your answer raised {last}"
     if watch.hit:
-        return None, REFERENCE, f"your answer calls the course's reference `{watch.hit.split(':')[-1]}`; write your own"
+        return (
+            None,
+            REFERENCE,
+            f"your answer calls the course's reference `{watch.hit.split(':')[-1]}`; write your own",
+        )
     if fraction is None:
         return 1.0, CORRECT, ""
     try:
@@ -177,13 +189,27 @@ def _run(q: Question, fn, values: dict, extra: dict, forbidden: list) -> tuple[f
 def _prepare(q: Question, namespace: dict) -> tuple[dict | None, Result | None, list]:
     missing = [name for name in q.answers if name not in namespace]
     if missing:
-        return None, Result(q.id, q.points, 0.0, NOT_ANSWERED,
-                            f"define {', '.join(f'`{m}`' for m in missing)} and run its cell"), []
+        return (
+            None,
+            Result(
+                q.id,
+                q.points,
+                0.0,
+                NOT_ANSWERED,
+                f"define {', '.join(f'`{m}`' for m in missing)} and run its cell",
+            ),
+            [],
+        )
     values = {name: namespace[name] for name in q.answers}
     nones = [n for n, v in values.items() if v is None and n not in q.allow_none]
     if nones:
-        return None, Result(q.id, q.points, 0.0, NOT_ANSWERED,
-                            f"{', '.join(f'`{n}`' for n in nones)} is None: compute it"), []
+        return (
+            None,
+            Result(
+                q.id, q.points, 0.0, NOT_ANSWERED, f"{', '.join(f'`{n}`' for n in nones)} is None: compute it"
+            ),
+            [],
+        )
     forbidden = _forbidden(q)
     try:
         _check_identity(q, values, forbidden)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 # A block's hash: hex digest covering its tokens and, through the parent hash, every token before.
 BlockHash = str
@@ -29,13 +29,14 @@ def hash_block_tokens(parent_block_hash: BlockHash | None, token_ids: Sequence[i
     return h.hexdigest()[:16]
 
 
-def hash_request_blocks(token_ids: Sequence[int], block_size: int,
-                        parent_block_hash: BlockHash | None = None) -> list[BlockHash]:
+def hash_request_blocks(
+    token_ids: Sequence[int], block_size: int, parent_block_hash: BlockHash | None = None
+) -> list[BlockHash]:
     """Chained hashes of every full block of `token_ids` (a partial last block has none)."""
     hashes: list[BlockHash] = []
     parent = parent_block_hash
     for start in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = hash_block_tokens(parent, token_ids[start:start + block_size])
+        parent = hash_block_tokens(parent, token_ids[start : start + block_size])
         hashes.append(parent)
     return hashes
 
@@ -166,8 +167,13 @@ class BlockPool:
                     block.block_hash = None
                 self.free_block_queue.append(block)
 
-    def cache_full_blocks(self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[BlockHash],
-                          num_cached_blocks: int, num_full_blocks: int) -> None:
+    def cache_full_blocks(
+        self,
+        blocks: Sequence[KVCacheBlock],
+        block_hashes: Sequence[BlockHash],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+    ) -> None:
         """Register blocks[num_cached_blocks:num_full_blocks] under their hashes.
 
         When the same hash is already cached by another block (two requests computed the same

@@ -75,9 +75,11 @@ class ContiguousAllocator:
         if request_id in self.slabs:
             raise ValueError(f"request {request_id!r} already holds a slab")
         if reserve_tokens < 1 or num_tokens > reserve_tokens:
-            raise ValueError(f"need 1 <= num_tokens ({num_tokens}) <= reserve_tokens ({reserve_tokens})"
-                             if num_tokens > reserve_tokens else
-                             f"reserve_tokens must be at least 1, got {reserve_tokens}")
+            raise ValueError(
+                f"need 1 <= num_tokens ({num_tokens}) <= reserve_tokens ({reserve_tokens})"
+                if num_tokens > reserve_tokens
+                else f"reserve_tokens must be at least 1, got {reserve_tokens}"
+            )
         for start, size in self.holes():
             if size >= reserve_tokens:
                 slab = Slab(request_id, start, reserve_tokens)

@@ -6,7 +6,8 @@ plus the fork/copy-on-write that vLLM v0's block manager used for parallel sampl
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from .block_pool import BlockHash, BlockPool, KVCacheBlock, hash_block_tokens
 
@@ -101,7 +102,7 @@ class KVCacheManager:
         while (len(hashes) + 1) * bs <= len(tokens):
             start = len(hashes) * bs
             parent = hashes[-1] if hashes else None
-            hashes.append(hash_block_tokens(parent, tokens[start:start + bs]))
+            hashes.append(hash_block_tokens(parent, tokens[start : start + bs]))
         return hashes
 
     # ------------------------------------------------------------------ prefix cache
@@ -131,9 +132,9 @@ class KVCacheManager:
         return hits, num_cached_tokens
 
     # ------------------------------------------------------------------ allocate / append
-    def allocate_slots(self, request: RequestLike, num_new_tokens: int,
-                       new_computed_blocks: list[KVCacheBlock] | None = None
-                       ) -> list[KVCacheBlock] | None:
+    def allocate_slots(
+        self, request: RequestLike, num_new_tokens: int, new_computed_blocks: list[KVCacheBlock] | None = None
+    ) -> list[KVCacheBlock] | None:
         """Make room for `num_new_tokens` more tokens of `request`; the same call prefills and appends.
 
         Block layout of a request after the call (block_size 4, `|` = block edge):
@@ -164,8 +165,11 @@ class KVCacheManager:
 
         # Blocks this call writes into that other block tables also hold: copy them first.
         first_written = num_computed // bs
-        cow_index = [i for i in range(first_written, min(len(req_blocks), num_required))
-                     if req_blocks[i].ref_cnt > 1] if num_new_tokens > 0 else []
+        cow_index = (
+            [i for i in range(first_written, min(len(req_blocks), num_required)) if req_blocks[i].ref_cnt > 1]
+            if num_new_tokens > 0
+            else []
+        )
 
         # Hits that sit in the free queue stop being free once touched.
         num_revived = sum(1 for b in new_computed_blocks if b.ref_cnt == 0)

@@ -46,7 +46,8 @@ class Request:
         """Add one generated token (its K/V is computed by the next step)."""
         self.output_token_ids.append(int(token_id))
 
-    def fork(self, request_id: str) -> "Request":
+    def fork(self, request_id: str) -> Request:
         """A copy with a new id, for parallel sampling (n > 1): same tokens, same progress."""
-        return Request(request_id, list(self.prompt_token_ids), list(self.output_token_ids),
-                       self.num_computed_tokens)
+        return Request(
+            request_id, list(self.prompt_token_ids), list(self.output_token_ids), self.num_computed_tokens
+        )

@@ -1,11 +1,11 @@
 """Record what a KVCacheManager does, one frame per event, as plain data a plot can replay.
 
-    rec = TraceRecorder(KVCacheManager(num_blocks=8, block_size=4))
-    a = Request("a", list(range(6)))
-    rec.allocate(a)            # prefill: cache lookup, allocate_slots, mark computed
-    rec.append(a, token_id=7)  # one decode step
-    rec.free(a)
-    rec.frames                 # list[Frame], picklable
+rec = TraceRecorder(KVCacheManager(num_blocks=8, block_size=4))
+a = Request("a", list(range(6)))
+rec.allocate(a)            # prefill: cache lookup, allocate_slots, mark computed
+rec.append(a, token_id=7)  # one decode step
+rec.free(a)
+rec.frames                 # list[Frame], picklable
 """
 
 from __future__ import annotations
@@ -44,21 +44,32 @@ class Frame:
         return [i for i, r in enumerate(self.ref_cnt) if r > 1]
 
 
-def snapshot(kv: KVCacheManager, tokens: dict[str, int], index: int = 0, event: str = "start",
-             request_id: str | None = None, description: str = "",
-             copies: list[tuple[int, int]] | None = None) -> Frame:
+def snapshot(
+    kv: KVCacheManager,
+    tokens: dict[str, int],
+    index: int = 0,
+    event: str = "start",
+    request_id: str | None = None,
+    description: str = "",
+    copies: list[tuple[int, int]] | None = None,
+) -> Frame:
     """A Frame of the manager's current state; `tokens` gives each request's stored token count."""
     blocks = kv.block_pool.blocks
     return Frame(
-        index=index, event=event, request_id=request_id, description=description,
-        block_size=kv.block_size, num_blocks=kv.num_blocks,
+        index=index,
+        event=event,
+        request_id=request_id,
+        description=description,
+        block_size=kv.block_size,
+        num_blocks=kv.num_blocks,
         block_tables={rid: kv.get_block_ids(rid) for rid in kv.req_to_blocks},
         num_tokens={rid: int(tokens.get(rid, 0)) for rid in kv.req_to_blocks},
         ref_cnt=[b.ref_cnt for b in blocks],
         block_hash=[b.block_hash[:6] if b.block_hash else None for b in blocks],
         free_queue=kv.block_pool.free_block_queue.block_ids(),
         usage=round(kv.usage, 6),
-        prefix_cache_hits=kv.prefix_cache_hits, prefix_cache_queries=kv.prefix_cache_queries,
+        prefix_cache_hits=kv.prefix_cache_hits,
+        prefix_cache_queries=kv.prefix_cache_queries,
         copies=list(copies or []),
     )
 
@@ -76,12 +87,14 @@ class TraceRecorder:
         self._tokens: dict[str, int] = {}
         self.frames: list[Frame] = [self._frame("start", None, "empty cache")]
 
-    def _frame(self, event: str, rid: str | None, text: str,
-               copies: list[tuple[int, int]] | None = None) -> Frame:
+    def _frame(
+        self, event: str, rid: str | None, text: str, copies: list[tuple[int, int]] | None = None
+    ) -> Frame:
         return snapshot(self.kv, self._tokens, len(getattr(self, "frames", [])), event, rid, text, copies)
 
-    def _record(self, event: str, rid: str | None, text: str,
-                copies: list[tuple[int, int]] | None = None) -> Frame:
+    def _record(
+        self, event: str, rid: str | None, text: str, copies: list[tuple[int, int]] | None = None
+    ) -> Frame:
         frame = self._frame(event, rid, text, copies)
         self.frames.append(frame)
         return frame

@@ -39,15 +39,23 @@ class WorkloadRequest:
         if self.prompt_len < 1:
             raise ValueError(f"{self.request_id}: prompt_len must be >= 1, got {self.prompt_len}")
         if not 1 <= self.output_len <= self.max_tokens:
-            raise ValueError(f"{self.request_id}: need 1 <= output_len ({self.output_len}) "
-                             f"<= max_tokens ({self.max_tokens})")
+            raise ValueError(
+                f"{self.request_id}: need 1 <= output_len ({self.output_len}) "
+                f"<= max_tokens ({self.max_tokens})"
+            )
         if self.arrival_step < 0:
             raise ValueError(f"{self.request_id}: arrival_step must be >= 0")
 
 
-def make_workload(num_requests: int, *, seed: int = 0, max_tokens: int = 512,
-                  prompt_len: tuple[int, int] = (16, 256), mean_output_len: float = 100.0,
-                  arrivals_per_step: float = 0.5) -> list[WorkloadRequest]:
+def make_workload(
+    num_requests: int,
+    *,
+    seed: int = 0,
+    max_tokens: int = 512,
+    prompt_len: tuple[int, int] = (16, 256),
+    mean_output_len: float = 100.0,
+    arrivals_per_step: float = 0.5,
+) -> list[WorkloadRequest]:
     """A reproducible random workload: uniform prompts, geometric outputs capped at max_tokens.
 
     Outputs are geometric because most answers stop early (an end-of-sequence token) while a few
@@ -62,8 +70,10 @@ def make_workload(num_requests: int, *, seed: int = 0, max_tokens: int = 512,
     arrivals = np.floor(np.cumsum(gaps) - gaps[0]).astype(int)
     prompts = rng.integers(prompt_len[0], prompt_len[1] + 1, num_requests)
     outputs = np.minimum(rng.geometric(1.0 / mean_output_len, num_requests), max_tokens)
-    return [WorkloadRequest(f"r{i}", int(arrivals[i]), int(prompts[i]), int(outputs[i]), max_tokens)
-            for i in range(num_requests)]
+    return [
+        WorkloadRequest(f"r{i}", int(arrivals[i]), int(prompts[i]), int(outputs[i]), max_tokens)
+        for i in range(num_requests)
+    ]
 
 
 @dataclass
@@ -128,12 +138,15 @@ class MemoryTimeline:
 
 def _check_fits(workload: list[WorkloadRequest], need: int, capacity: int, what: str) -> None:
     if need > capacity:
-        raise ValueError(f"a request needs {need} {what} but the cache holds {capacity}: "
-                         f"raise the KV budget or lower max_tokens")
+        raise ValueError(
+            f"a request needs {need} {what} but the cache holds {capacity}: "
+            f"raise the KV budget or lower max_tokens"
+        )
 
 
-def simulate_contiguous(workload: list[WorkloadRequest], capacity_tokens: int,
-                        max_steps: int = 100_000) -> MemoryTimeline:
+def simulate_contiguous(
+    workload: list[WorkloadRequest], capacity_tokens: int, max_steps: int = 100_000
+) -> MemoryTimeline:
     """Run the workload with one first-fit slab of prompt_len + max_tokens per request."""
     for r in workload:
         _check_fits(workload, r.prompt_len + r.max_tokens, capacity_tokens, "slots")
@@ -173,8 +186,9 @@ def simulate_contiguous(workload: list[WorkloadRequest], capacity_tokens: int,
     return tl
 
 
-def simulate_paged(workload: list[WorkloadRequest], capacity_tokens: int, block_size: int = 16,
-                   max_steps: int = 100_000) -> MemoryTimeline:
+def simulate_paged(
+    workload: list[WorkloadRequest], capacity_tokens: int, block_size: int = 16, max_steps: int = 100_000
+) -> MemoryTimeline:
     """Run the workload on a KVCacheManager with capacity_tokens // block_size blocks."""
     num_blocks = capacity_tokens // block_size
     for r in workload:
@@ -231,8 +245,9 @@ def simulate_paged(workload: list[WorkloadRequest], capacity_tokens: int, block_
     return tl
 
 
-def max_concurrent_requests(prompt_len: int, output_len: int, max_tokens: int,
-                            capacity_tokens: int, block_size: int = 16) -> dict[str, int]:
+def max_concurrent_requests(
+    prompt_len: int, output_len: int, max_tokens: int, capacity_tokens: int, block_size: int = 16
+) -> dict[str, int]:
     """Identical requests, all at their full length: how many fit contiguous vs paged."""
     return {
         "contiguous": capacity_tokens // (prompt_len + max_tokens),

@@ -11,18 +11,51 @@ capacity line and refusal), breakdown (the four terms), gpus (catalog), recommen
 
 from .breakdown import MemoryBreakdown, activation_bytes, memory_breakdown, runtime_overhead_bytes
 from .gpus import GPU, GPUS, PRICE_NOTE, PRICES_AS_OF, get_gpu
-from .kv import (GiB, DoesNotFitError, KVCacheReport, kv_cache_block_bytes, kv_cache_bytes_per_token,
-                 kv_cache_capacity_tokens, kv_cache_num_blocks, kv_heads_per_gpu, require_fit,
-                 vllm_kv_cache_report)
+from .kv import (
+    DoesNotFitError,
+    GiB,
+    KVCacheReport,
+    kv_cache_block_bytes,
+    kv_cache_bytes_per_token,
+    kv_cache_capacity_tokens,
+    kv_cache_num_blocks,
+    kv_heads_per_gpu,
+    require_fit,
+    vllm_kv_cache_report,
+)
 from .recommend import Recommendation, decode_tokens_per_s, gpus_by_memory, recommend
 from .spec import DTYPE_BYTES, ModelSpec, canonical_dtype, dtype_bytes
 from .weights import QUANTIZATIONS, bits_per_weight, weight_bytes
 
 __all__ = [
-    "DTYPE_BYTES", "GPU", "GPUS", "GiB", "PRICES_AS_OF", "PRICE_NOTE", "QUANTIZATIONS", "DoesNotFitError",
-    "KVCacheReport", "MemoryBreakdown", "ModelSpec", "Recommendation", "activation_bytes",
-    "bits_per_weight", "canonical_dtype", "decode_tokens_per_s", "dtype_bytes", "get_gpu",
-    "gpus_by_memory", "kv_cache_block_bytes", "kv_cache_bytes_per_token", "kv_cache_capacity_tokens",
-    "kv_cache_num_blocks", "kv_heads_per_gpu", "memory_breakdown", "recommend", "require_fit",
-    "runtime_overhead_bytes", "vllm_kv_cache_report", "weight_bytes",
+    "DTYPE_BYTES",
+    "GPU",
+    "GPUS",
+    "GiB",
+    "PRICES_AS_OF",
+    "PRICE_NOTE",
+    "QUANTIZATIONS",
+    "DoesNotFitError",
+    "KVCacheReport",
+    "MemoryBreakdown",
+    "ModelSpec",
+    "Recommendation",
+    "activation_bytes",
+    "bits_per_weight",
+    "canonical_dtype",
+    "decode_tokens_per_s",
+    "dtype_bytes",
+    "get_gpu",
+    "gpus_by_memory",
+    "kv_cache_block_bytes",
+    "kv_cache_bytes_per_token",
+    "kv_cache_capacity_tokens",
+    "kv_cache_num_blocks",
+    "kv_heads_per_gpu",
+    "memory_breakdown",
+    "recommend",
+    "require_fit",
+    "runtime_overhead_bytes",
+    "vllm_kv_cache_report",
+    "weight_bytes",
 ]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .gpus import GPU, get_gpu
-from .kv import GiB, DoesNotFitError, KVCacheReport, require_fit, vllm_kv_cache_report
+from .kv import DoesNotFitError, GiB, KVCacheReport, require_fit, vllm_kv_cache_report
 from .spec import ModelSpec, dtype_bytes
 from .weights import weight_bytes
 
@@ -28,12 +28,20 @@ NCCL_BYTES = 256 << 20  # communication buffers, only with tensor parallelism
 
 def runtime_overhead_bytes(tensor_parallel_size: int = 1, cuda_graphs: bool = True) -> int:
     """Estimated memory outside weights, activations and KV cache, per GPU."""
-    return CUDA_CONTEXT_BYTES + (CUDA_GRAPH_BYTES if cuda_graphs else 0) + \
-        (NCCL_BYTES if tensor_parallel_size > 1 else 0)
+    return (
+        CUDA_CONTEXT_BYTES
+        + (CUDA_GRAPH_BYTES if cuda_graphs else 0)
+        + (NCCL_BYTES if tensor_parallel_size > 1 else 0)
+    )
 
 
-def activation_bytes(spec: ModelSpec, max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
-                     tensor_parallel_size: int = 1, dtype: str = "bfloat16") -> int:
+def activation_bytes(
+    spec: ModelSpec,
+    max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 256,
+    tensor_parallel_size: int = 1,
+    dtype: str = "bfloat16",
+) -> int:
     """Estimated peak activations of vLLM's profiling pass, per GPU.
 
     The peak sits in the MLP of one layer (layers run one after another, so only one layer's
@@ -81,26 +89,44 @@ class MemoryBreakdown:
 
     def terms_gib(self) -> dict[str, float]:
         """The four terms plus the unused headroom, in GiB, for a stacked bar."""
-        return {"weights": self.weights_bytes / GiB, "activations": self.activation_bytes / GiB,
-                "runtime overhead": self.overhead_bytes / GiB, "KV cache": self.kv_cache_bytes / GiB,
-                "not used (1 - utilization)": (self.total_bytes - self.budget_bytes) / GiB}
+        return {
+            "weights": self.weights_bytes / GiB,
+            "activations": self.activation_bytes / GiB,
+            "runtime overhead": self.overhead_bytes / GiB,
+            "KV cache": self.kv_cache_bytes / GiB,
+            "not used (1 - utilization)": (self.total_bytes - self.budget_bytes) / GiB,
+        }
 
     def summary(self) -> str:
         """A few lines a learner can read."""
-        lines = [f"{self.tensor_parallel_size} x {self.gpu.name}, per GPU "
-                 f"({self.total_bytes / GiB:.1f} GiB, budget {self.budget_bytes / GiB:.1f} GiB at "
-                 f"gpu_memory_utilization={self.gpu_memory_utilization}):"]
+        lines = [
+            f"{self.tensor_parallel_size} x {self.gpu.name}, per GPU "
+            f"({self.total_bytes / GiB:.1f} GiB, budget {self.budget_bytes / GiB:.1f} GiB at "
+            f"gpu_memory_utilization={self.gpu_memory_utilization}):"
+        ]
         lines += [f"  {k:<28}{v:8.2f} GiB" for k, v in self.terms_gib().items()]
-        lines.append(f"  KV cache: {self.kv_cache_tokens:,} tokens; max concurrency at "
-                     f"{self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x")
+        lines.append(
+            f"  KV cache: {self.kv_cache_tokens:,} tokens; max concurrency at "
+            f"{self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x"
+        )
         return "\n".join(lines)
 
 
-def memory_breakdown(spec: ModelSpec, gpu: str | GPU = "H100-80GB", *, tensor_parallel_size: int = 1,
-                     gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
-                     weights: str = "bfloat16", kv_cache_dtype: str = "bfloat16", block_size: int = 16,
-                     max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
-                     overhead_bytes: int | None = None, cuda_graphs: bool = True) -> MemoryBreakdown:
+def memory_breakdown(
+    spec: ModelSpec,
+    gpu: str | GPU = "H100-80GB",
+    *,
+    tensor_parallel_size: int = 1,
+    gpu_memory_utilization: float = 0.9,
+    max_model_len: int | None = None,
+    weights: str = "bfloat16",
+    kv_cache_dtype: str = "bfloat16",
+    block_size: int = 16,
+    max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 256,
+    overhead_bytes: int | None = None,
+    cuda_graphs: bool = True,
+) -> MemoryBreakdown:
     """The four memory terms per GPU, KV tokens left and max concurrency at max_model_len.
 
     Raises:
@@ -113,8 +139,10 @@ def memory_breakdown(spec: ModelSpec, gpu: str | GPU = "H100-80GB", *, tensor_pa
     if isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0:
         raise ValueError(f"tensor_parallel_size must be a positive whole number of GPUs, got {tp!r}")
     if spec.num_attention_heads % tp:
-        raise ValueError(f"tensor_parallel_size={tp} must divide the {spec.num_attention_heads} attention "
-                         "heads (vLLM splits heads across GPUs); pick a divisor")
+        raise ValueError(
+            f"tensor_parallel_size={tp} must divide the {spec.num_attention_heads} attention "
+            "heads (vLLM splits heads across GPUs); pick a divisor"
+        )
     if not (isinstance(gpu_memory_utilization, (int, float)) and 0 < gpu_memory_utilization <= 1):
         raise ValueError(f"gpu_memory_utilization is a fraction in (0, 1], got {gpu_memory_utilization!r}")
     if overhead_bytes is not None and (not isinstance(overhead_bytes, (int, float)) or overhead_bytes < 0):
@@ -131,11 +159,19 @@ def memory_breakdown(spec: ModelSpec, gpu: str | GPU = "H100-80GB", *, tensor_pa
             f"overhead ({over / GiB:.1f}) = {(w + act + over) / GiB:.1f} GiB exceed the budget of "
             f"{budget / GiB:.1f} GiB ({gpu_memory_utilization} x {g.memory_gib:.1f} GiB), leaving nothing "
             "for the KV cache; use more GPUs, a bigger GPU, or quantized weights.",
-            needed_bytes=w + act + over, available_bytes=budget)
+            needed_bytes=w + act + over,
+            available_bytes=budget,
+        )
     report = require_fit(vllm_kv_cache_report(left, spec, kv_cache_dtype, block_size, max_model_len, tp))
-    return MemoryBreakdown(g, tp, float(gpu_memory_utilization), g.memory_bytes, budget, w, act, over,
-                           left, report)
+    return MemoryBreakdown(
+        g, tp, float(gpu_memory_utilization), g.memory_bytes, budget, w, act, over, left, report
+    )
 
 
-__all__ = ["DoesNotFitError", "MemoryBreakdown", "activation_bytes", "memory_breakdown",
-           "runtime_overhead_bytes"]
+__all__ = [
+    "DoesNotFitError",
+    "MemoryBreakdown",
+    "activation_bytes",
+    "memory_breakdown",
+    "runtime_overhead_bytes",
+]

@@ -48,23 +48,34 @@ def kv_cache_bytes_per_token(spec: ModelSpec, dtype: str = "bfloat16", tensor_pa
     return 2 * spec.num_layers * heads * spec.head_dim * dtype_bytes(dtype)
 
 
-def kv_cache_block_bytes(spec: ModelSpec, dtype: str = "bfloat16", block_size: int = 16,
-                         tensor_parallel_size: int = 1) -> int:
+def kv_cache_block_bytes(
+    spec: ModelSpec, dtype: str = "bfloat16", block_size: int = 16, tensor_parallel_size: int = 1
+) -> int:
     """Bytes of one KV block: block_size tokens in every layer."""
     _check_positive("block_size", block_size, "vLLM uses 16 on GPUs and 128 on CPUs")
     return int(block_size) * kv_cache_bytes_per_token(spec, dtype, tensor_parallel_size)
 
 
-def kv_cache_num_blocks(kv_bytes: int, spec: ModelSpec, dtype: str = "bfloat16", block_size: int = 16,
-                        tensor_parallel_size: int = 1) -> int:
+def kv_cache_num_blocks(
+    kv_bytes: int,
+    spec: ModelSpec,
+    dtype: str = "bfloat16",
+    block_size: int = 16,
+    tensor_parallel_size: int = 1,
+) -> int:
     """Whole KV blocks that fit in `kv_bytes` (vLLM: available_memory // bytes_per_block)."""
     if isinstance(kv_bytes, bool) or not isinstance(kv_bytes, (int, float)) or kv_bytes < 0:
         raise ValueError(f"kv_bytes must be a non-negative number of bytes, got {kv_bytes!r}")
     return int(kv_bytes) // kv_cache_block_bytes(spec, dtype, block_size, tensor_parallel_size)
 
 
-def kv_cache_capacity_tokens(kv_bytes: int, spec: ModelSpec, dtype: str = "bfloat16", block_size: int = 16,
-                             tensor_parallel_size: int = 1) -> int:
+def kv_cache_capacity_tokens(
+    kv_bytes: int,
+    spec: ModelSpec,
+    dtype: str = "bfloat16",
+    block_size: int = 16,
+    tensor_parallel_size: int = 1,
+) -> int:
     """Tokens the KV cache holds: whole blocks only, times block_size."""
     return kv_cache_num_blocks(kv_bytes, spec, dtype, block_size, tensor_parallel_size) * int(block_size)
 
@@ -114,14 +125,24 @@ class KVCacheReport:
     def log_line(self, device: str = "CPU") -> str:
         """The start-up line vLLM prints for this cache, formatted the same way."""
         if not self.fits:
-            return (f"refuses: one request of {self.max_model_len:,} tokens needs "
-                    f"{self.blocks_per_request} blocks + 1 null block, only {self.num_blocks} fit")
-        return (f"{device} KV cache size: {self.kv_cache_tokens:,} tokens, Maximum concurrency for "
-                f"{self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x")
+            return (
+                f"refuses: one request of {self.max_model_len:,} tokens needs "
+                f"{self.blocks_per_request} blocks + 1 null block, only {self.num_blocks} fit"
+            )
+        return (
+            f"{device} KV cache size: {self.kv_cache_tokens:,} tokens, Maximum concurrency for "
+            f"{self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x"
+        )
 
 
-def vllm_kv_cache_report(kv_bytes: int, spec: ModelSpec, dtype: str = "bfloat16", block_size: int = 16,
-                         max_model_len: int | None = None, tensor_parallel_size: int = 1) -> KVCacheReport:
+def vllm_kv_cache_report(
+    kv_bytes: int,
+    spec: ModelSpec,
+    dtype: str = "bfloat16",
+    block_size: int = 16,
+    max_model_len: int | None = None,
+    tensor_parallel_size: int = 1,
+) -> KVCacheReport:
     """Predict vLLM's KV-cache start-up decision and log line for `kv_bytes` of cache per GPU."""
     max_model_len = spec.max_position_embeddings if max_model_len is None else max_model_len
     _check_positive("max_model_len", max_model_len, "tokens per request, prompt plus output")
@@ -130,8 +151,12 @@ def vllm_kv_cache_report(kv_bytes: int, spec: ModelSpec, dtype: str = "bfloat16"
     per_request = _cdiv(int(max_model_len), int(block_size))
     usable = max(num_blocks - 1, 0)  # the block pool's null block is never handed out
     return KVCacheReport(
-        kv_cache_bytes=int(kv_bytes), block_size=int(block_size), block_bytes=block_bytes,
-        num_blocks=num_blocks, max_model_len=int(max_model_len), blocks_per_request=per_request,
+        kv_cache_bytes=int(kv_bytes),
+        block_size=int(block_size),
+        block_bytes=block_bytes,
+        num_blocks=num_blocks,
+        max_model_len=int(max_model_len),
+        blocks_per_request=per_request,
         fits=usable >= per_request,
         estimated_max_model_len=min(usable * int(block_size), int(max_model_len)),
     )
@@ -144,11 +169,16 @@ def require_fit(report: KVCacheReport) -> KVCacheReport:
     # vLLM compares against the cache minus the null block's bytes, and prints both in GiB
     need = report.blocks_per_request * report.block_bytes
     have = max(report.kv_cache_bytes - report.block_bytes, 0)
-    hint = (f"Lower max_model_len (at most {report.estimated_max_model_len:,} tokens fit), "
-            if report.estimated_max_model_len else "Lower max_model_len, ")
+    hint = (
+        f"Lower max_model_len (at most {report.estimated_max_model_len:,} tokens fit), "
+        if report.estimated_max_model_len
+        else "Lower max_model_len, "
+    )
     raise DoesNotFitError(
         f"one request of max_model_len={report.max_model_len:,} tokens needs {need / GiB:.2f} GiB of KV "
         f"cache ({report.blocks_per_request} blocks), but only {have / GiB:.2f} GiB "
         f"({max(report.num_blocks - 1, 0)} usable blocks) are left; vLLM refuses to start. "
         f"{hint}raise gpu_memory_utilization, add GPUs (tensor parallelism) or quantize.",
-        needed_bytes=need, available_bytes=have)
+        needed_bytes=need,
+        available_bytes=have,
+    )

@@ -14,17 +14,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .breakdown import (DoesNotFitError, MemoryBreakdown, activation_bytes, memory_breakdown,
-                        runtime_overhead_bytes)
+from .breakdown import (
+    DoesNotFitError,
+    MemoryBreakdown,
+    activation_bytes,
+    memory_breakdown,
+    runtime_overhead_bytes,
+)
 from .gpus import GPU, GPUS, get_gpu
 from .kv import kv_cache_bytes_per_token
 from .spec import ModelSpec
 from .weights import weight_bytes
 
 
-def decode_tokens_per_s(spec: ModelSpec, gpu: str | GPU, batch_size: int, context_len: int = 1024, *,
-                        tensor_parallel_size: int = 1, weights: str = "bfloat16",
-                        kv_cache_dtype: str = "bfloat16") -> float:
+def decode_tokens_per_s(
+    spec: ModelSpec,
+    gpu: str | GPU,
+    batch_size: int,
+    context_len: int = 1024,
+    *,
+    tensor_parallel_size: int = 1,
+    weights: str = "bfloat16",
+    kv_cache_dtype: str = "bfloat16",
+) -> float:
     """Roofline upper bound on output tokens/s of a decode step with `batch_size` sequences."""
     g = get_gpu(gpu)
     for name, value in (("batch_size", batch_size), ("tensor_parallel_size", tensor_parallel_size)):
@@ -33,8 +45,9 @@ def decode_tokens_per_s(spec: ModelSpec, gpu: str | GPU, batch_size: int, contex
     if isinstance(context_len, bool) or not isinstance(context_len, int) or context_len < 0:
         raise ValueError(f"context_len must be a whole number of cached tokens >= 0, got {context_len!r}")
     tp = tensor_parallel_size
-    bytes_read = weight_bytes(spec, weights) / tp + \
-        batch_size * context_len * kv_cache_bytes_per_token(spec, kv_cache_dtype, tp)
+    bytes_read = weight_bytes(spec, weights) / tp + batch_size * context_len * kv_cache_bytes_per_token(
+        spec, kv_cache_dtype, tp
+    )
     flops = batch_size * spec.decode_flops_per_token(context_len) / tp
     step = max(bytes_read / (g.bandwidth_gb_s * 1e9), flops / (g.bf16_tflops * 1e12))
     return batch_size / step
@@ -60,16 +73,29 @@ class Recommendation:
     def as_row(self) -> dict:
         """A flat dict for a table."""
         b = self.breakdown
-        return {"gpu": self.gpu.name, "num_gpus": self.num_gpus, "gpus_by_memory": self.gpus_by_memory,
-                "kv_cache_gib_per_gpu": round(b.kv_cache_bytes / (1 << 30), 2),
-                "max_concurrency": round(b.max_concurrency, 2), "batch_size": self.batch_size,
-                "tokens_per_s": round(self.tokens_per_s), "cost_per_hour": round(self.cost_per_hour, 2),
-                "cost_per_million_tokens": round(self.cost_per_million_tokens, 3)}
+        return {
+            "gpu": self.gpu.name,
+            "num_gpus": self.num_gpus,
+            "gpus_by_memory": self.gpus_by_memory,
+            "kv_cache_gib_per_gpu": round(b.kv_cache_bytes / (1 << 30), 2),
+            "max_concurrency": round(b.max_concurrency, 2),
+            "batch_size": self.batch_size,
+            "tokens_per_s": round(self.tokens_per_s),
+            "cost_per_hour": round(self.cost_per_hour, 2),
+            "cost_per_million_tokens": round(self.cost_per_million_tokens, 3),
+        }
 
 
-def gpus_by_memory(spec: ModelSpec, gpu: str | GPU, *, max_model_len: int | None = None,
-                   min_concurrency: int = 1, weights: str = "bfloat16", kv_cache_dtype: str = "bfloat16",
-                   gpu_memory_utilization: float = 0.9) -> int:
+def gpus_by_memory(
+    spec: ModelSpec,
+    gpu: str | GPU,
+    *,
+    max_model_len: int | None = None,
+    min_concurrency: int = 1,
+    weights: str = "bfloat16",
+    kv_cache_dtype: str = "bfloat16",
+    gpu_memory_utilization: float = 0.9,
+) -> int:
     """GPUs needed by memory alone: ceil(total needed / usable per GPU), before any TP constraint.
 
     Needed: all weights plus KV for `min_concurrency` requests of max_model_len. Usable per GPU:
@@ -78,11 +104,15 @@ def gpus_by_memory(spec: ModelSpec, gpu: str | GPU, *, max_model_len: int | None
     """
     g = get_gpu(gpu)
     max_model_len = spec.max_position_embeddings if max_model_len is None else max_model_len
-    need = weight_bytes(spec, weights) + \
-        min_concurrency * max_model_len * kv_cache_bytes_per_token(spec, kv_cache_dtype)
+    need = weight_bytes(spec, weights) + min_concurrency * max_model_len * kv_cache_bytes_per_token(
+        spec, kv_cache_dtype
+    )
     for n in range(1, 1025):
-        usable = gpu_memory_utilization * g.memory_bytes - activation_bytes(spec, tensor_parallel_size=n) \
+        usable = (
+            gpu_memory_utilization * g.memory_bytes
+            - activation_bytes(spec, tensor_parallel_size=n)
             - runtime_overhead_bytes(n)
+        )
         if usable > 0 and n * usable >= need:
             return n
     raise ValueError(f"{spec.name} does not fit on any number of {g.name} GPUs up to 1024")
@@ -94,11 +124,21 @@ def _tp_allowed(spec: ModelSpec, tp: int) -> bool:
     return spec.num_attention_heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
 
 
-def recommend(spec: ModelSpec, *, max_model_len: int | None = None, min_concurrency: int = 1,
-              context_len: int | None = None, weights: str = "bfloat16", kv_cache_dtype: str = "bfloat16",
-              gpus: list[str | GPU] | None = None, max_gpus: int = 8, gpu_memory_utilization: float = 0.9,
-              max_num_seqs: int = 256, block_size: int = 16,
-              sort_by: str = "cost_per_hour") -> list[Recommendation]:
+def recommend(
+    spec: ModelSpec,
+    *,
+    max_model_len: int | None = None,
+    min_concurrency: int = 1,
+    context_len: int | None = None,
+    weights: str = "bfloat16",
+    kv_cache_dtype: str = "bfloat16",
+    gpus: list[str | GPU] | None = None,
+    max_gpus: int = 8,
+    gpu_memory_utilization: float = 0.9,
+    max_num_seqs: int = 256,
+    block_size: int = 16,
+    sort_by: str = "cost_per_hour",
+) -> list[Recommendation]:
     """Configurations (GPU type x count) that serve `spec` with `min_concurrency` requests of max_model_len.
 
     For each GPU type: the smallest GPU count that fits, rounded up to a tensor-parallel degree that
@@ -108,7 +148,9 @@ def recommend(spec: ModelSpec, *, max_model_len: int | None = None, min_concurre
     """
     max_model_len = spec.max_position_embeddings if max_model_len is None else max_model_len
     if isinstance(min_concurrency, bool) or not isinstance(min_concurrency, int) or min_concurrency <= 0:
-        raise ValueError(f"min_concurrency must be a positive whole number of requests, got {min_concurrency!r}")
+        raise ValueError(
+            f"min_concurrency must be a positive whole number of requests, got {min_concurrency!r}"
+        )
     if isinstance(max_gpus, bool) or not isinstance(max_gpus, int) or max_gpus <= 0:
         raise ValueError(f"max_gpus must be a positive whole number, got {max_gpus!r}")
     if sort_by not in ("cost_per_hour", "cost_per_million_tokens"):
@@ -116,28 +158,50 @@ def recommend(spec: ModelSpec, *, max_model_len: int | None = None, min_concurre
     context_len = max(1, int(max_model_len) // 2) if context_len is None else context_len
     out: list[Recommendation] = []
     for gpu in [get_gpu(g) for g in (gpus if gpus is not None else list(GPUS))]:
-        by_memory = gpus_by_memory(spec, gpu, max_model_len=max_model_len, min_concurrency=min_concurrency,
-                                   weights=weights, kv_cache_dtype=kv_cache_dtype,
-                                   gpu_memory_utilization=gpu_memory_utilization)
+        by_memory = gpus_by_memory(
+            spec,
+            gpu,
+            max_model_len=max_model_len,
+            min_concurrency=min_concurrency,
+            weights=weights,
+            kv_cache_dtype=kv_cache_dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+        )
         for tp in range(by_memory, max_gpus + 1):
             if not _tp_allowed(spec, tp):
                 continue
             try:
-                b = memory_breakdown(spec, gpu, tensor_parallel_size=tp,
-                                     gpu_memory_utilization=gpu_memory_utilization,
-                                     max_model_len=max_model_len, weights=weights,
-                                     kv_cache_dtype=kv_cache_dtype, block_size=block_size,
-                                     max_num_seqs=max_num_seqs)
+                b = memory_breakdown(
+                    spec,
+                    gpu,
+                    tensor_parallel_size=tp,
+                    gpu_memory_utilization=gpu_memory_utilization,
+                    max_model_len=max_model_len,
+                    weights=weights,
+                    kv_cache_dtype=kv_cache_dtype,
+                    block_size=block_size,
+                    max_num_seqs=max_num_seqs,
+                )
             except DoesNotFitError:
                 continue
             if b.kv.num_blocks - 1 < min_concurrency * b.kv.blocks_per_request:
                 continue
             per_seq_blocks = -(-context_len // block_size)
             batch = max(1, min(max_num_seqs, (b.kv.num_blocks - 1) // per_seq_blocks))
-            rate = decode_tokens_per_s(spec, gpu, batch, context_len, tensor_parallel_size=tp,
-                                       weights=weights, kv_cache_dtype=kv_cache_dtype)
+            rate = decode_tokens_per_s(
+                spec,
+                gpu,
+                batch,
+                context_len,
+                tensor_parallel_size=tp,
+                weights=weights,
+                kv_cache_dtype=kv_cache_dtype,
+            )
             out.append(Recommendation(gpu, tp, by_memory, b, batch, rate, gpu.price_per_hour * tp))
             break
-    key = (lambda r: (r.cost_per_hour, r.cost_per_million_tokens)) if sort_by == "cost_per_hour" else \
-        (lambda r: (r.cost_per_million_tokens, r.cost_per_hour))
+    key = (
+        (lambda r: (r.cost_per_hour, r.cost_per_million_tokens))
+        if sort_by == "cost_per_hour"
+        else (lambda r: (r.cost_per_million_tokens, r.cost_per_hour))
+    )
     return sorted(out, key=key)

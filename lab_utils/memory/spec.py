@@ -22,10 +22,18 @@ from typing import Any
 # Bytes per element of each dtype the calculator knows, with the spellings people use.
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "int8": 1}
 _ALIASES = {
-    "fp32": "float32", "float": "float32", "torch.float32": "float32",
-    "bf16": "bfloat16", "torch.bfloat16": "bfloat16",
-    "fp16": "float16", "half": "float16", "torch.float16": "float16",
-    "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "float8": "fp8", "float8_e4m3fn": "fp8",
+    "fp32": "float32",
+    "float": "float32",
+    "torch.float32": "float32",
+    "bf16": "bfloat16",
+    "torch.bfloat16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "torch.float16": "float16",
+    "fp8_e4m3": "fp8",
+    "fp8_e5m2": "fp8",
+    "float8": "fp8",
+    "float8_e4m3fn": "fp8",
 }
 
 
@@ -34,8 +42,10 @@ def canonical_dtype(dtype: str) -> str:
     name = str(dtype).strip().lower()
     name = _ALIASES.get(name, name)
     if name not in DTYPE_BYTES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPE_BYTES)} "
-                         "(or an alias such as 'bf16', 'fp16', 'fp32')")
+        raise ValueError(
+            f"unknown dtype {dtype!r}; use one of {sorted(DTYPE_BYTES)} "
+            "(or an alias such as 'bf16', 'fp16', 'fp32')"
+        )
     return name
 
 
@@ -79,12 +89,14 @@ class ModelSpec:
         ]:
             object.__setattr__(self, field_name, _positive_int(field_name, getattr(self, field_name), hint))
         if self.num_attention_heads % self.num_kv_heads:
-            raise ValueError(f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
-                             f"num_kv_heads ({self.num_kv_heads}): each KV head serves a whole group "
-                             "of query heads")
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_kv_heads ({self.num_kv_heads}): each KV head serves a whole group "
+                "of query heads"
+            )
 
     @classmethod
-    def from_hf_config(cls, config: str | Path | dict, name: str | None = None) -> "ModelSpec":
+    def from_hf_config(cls, config: str | Path | dict, name: str | None = None) -> ModelSpec:
         """Read a Hugging Face config.json (a path, a folder holding one, or the parsed dict)."""
         if isinstance(config, (str, Path)):
             path = Path(config)
@@ -96,8 +108,11 @@ class ModelSpec:
                 cfg = json.loads(path.read_text())
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path} is not valid JSON ({exc}); pass a config.json") from None
-            name = name or cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json"
-                                                        else path.stem)
+            name = (
+                name
+                or cfg.get("_name_or_path")
+                or (path.parent.name if path.name == "config.json" else path.stem)
+            )
         elif isinstance(config, dict):
             cfg = dict(config)
         else:
@@ -105,10 +120,17 @@ class ModelSpec:
         if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM inside
             cfg = {**cfg["text_config"], "_name_or_path": cfg.get("_name_or_path")}
         if any(k in cfg for k in ("num_local_experts", "num_experts", "n_routed_experts")):
-            raise ValueError("mixture-of-experts configs are not supported by this calculator; "
-                             "use a dense model config (Llama, Mistral, Qwen2, SmolLM2 ...)")
-        required = ["num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
-                    "vocab_size"]
+            raise ValueError(
+                "mixture-of-experts configs are not supported by this calculator; "
+                "use a dense model config (Llama, Mistral, Qwen2, SmolLM2 ...)"
+            )
+        required = [
+            "num_hidden_layers",
+            "hidden_size",
+            "num_attention_heads",
+            "intermediate_size",
+            "vocab_size",
+        ]
         missing = [k for k in required if k not in cfg]
         if missing:
             raise ValueError(f"config is missing {missing}; a decoder config.json needs {required}")
@@ -131,8 +153,12 @@ class ModelSpec:
     # -- parameter counts ------------------------------------------------------------------
     def linear_shapes(self) -> list[tuple[int, int]]:
         """(in_features, out_features) of the weight matrices in ONE layer (q, k, v, o, gate, up, down)."""
-        h, q, kv, i = self.hidden_size, self.num_attention_heads * self.head_dim, \
-            self.num_kv_heads * self.head_dim, self.intermediate_size
+        h, q, kv, i = (
+            self.hidden_size,
+            self.num_attention_heads * self.head_dim,
+            self.num_kv_heads * self.head_dim,
+            self.intermediate_size,
+        )
         return [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]
 
     @property
@@ -148,7 +174,9 @@ class ModelSpec:
     @property
     def small_params(self) -> int:
         """Norm weights and biases: tiny, never quantized."""
-        bias = (self.num_attention_heads + 2 * self.num_kv_heads) * self.head_dim if self.attention_bias else 0
+        bias = (
+            (self.num_attention_heads + 2 * self.num_kv_heads) * self.head_dim if self.attention_bias else 0
+        )
         return self.num_layers * (2 * self.hidden_size + bias) + self.hidden_size
 
     @property

@@ -49,15 +49,19 @@ def weight_bytes(spec: ModelSpec, dtype_or_quantization: str = "bfloat16", group
     rest = (spec.embedding_params + spec.small_params) * HIGH_PRECISION_BYTES
     if name in ("awq", "gptq", "int4", "w4a16"):
         if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0:
-            raise ValueError(f"group_size must be a positive whole number of weights, got {group_size!r} "
-                             "(128 is the usual AWQ/GPTQ choice)")
+            raise ValueError(
+                f"group_size must be a positive whole number of weights, got {group_size!r} "
+                "(128 is the usual AWQ/GPTQ choice)"
+            )
         per_layer = sum(_four_bit_matrix_bytes(i, o, group_size) for i, o in spec.linear_shapes())
         return spec.num_layers * per_layer + rest
     try:
         canon = canonical_dtype(name)
     except ValueError:
-        raise ValueError(f"unknown dtype or quantization {dtype_or_quantization!r}; use one of "
-                         f"['float32', 'bfloat16', 'float16', 'fp8', 'int8', 'awq', 'gptq', 'int4']") from None
+        raise ValueError(
+            f"unknown dtype or quantization {dtype_or_quantization!r}; use one of "
+            f"['float32', 'bfloat16', 'float16', 'fp8', 'int8', 'awq', 'gptq', 'int4']"
+        ) from None
     if canon in ("fp8", "int8"):
         return spec.linear_params * 1 + rest
     return spec.num_params * DTYPE_BYTES[canon]

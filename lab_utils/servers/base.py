@@ -29,7 +29,7 @@ from pathlib import Path
 
 HOST = "127.0.0.1"
 
-_RUNNING: dict[int, "ServerProcess"] = {}
+_RUNNING: dict[int, ServerProcess] = {}
 _LOCK = threading.Lock()
 
 
@@ -38,7 +38,9 @@ class ServerStartError(RuntimeError):
 
     def __init__(self, message: str, log_tail: str = ""):
         self.log_tail = log_tail
-        super().__init__(f"{message}\n--- last lines of the server log ---\n{log_tail}" if log_tail else message)
+        super().__init__(
+            f"{message}\n--- last lines of the server log ---\n{log_tail}" if log_tail else message
+        )
 
 
 def free_port(host: str = HOST) -> int:
@@ -79,7 +81,7 @@ class ServerProcess:
         port: int | None = None,
         host: str = HOST,
         health_path: str | None = "/health",
-        health_check: Callable[["ServerProcess"], bool] | None = None,
+        health_check: Callable[[ServerProcess], bool] | None = None,
         env: dict[str, str] | None = None,
         cwd: str | Path | None = None,
         log_path: str | Path | None = None,
@@ -146,7 +148,7 @@ class ServerProcess:
         except (urllib.error.URLError, OSError, ValueError):
             return False
 
-    def start(self) -> "ServerProcess":
+    def start(self) -> ServerProcess:
         """Start the process and wait until it is healthy; raise ServerStartError otherwise."""
         if self.is_running:
             return self
@@ -163,8 +165,13 @@ class ServerProcess:
         self.started_at = time.monotonic()
         try:
             self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, cwd=self.cwd, start_new_session=True,
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=self.cwd,
+                start_new_session=True,
             )
         except OSError as exc:
             log.close()
@@ -187,7 +194,9 @@ class ServerProcess:
             if code is not None:
                 raise ServerStartError(
                     f"{self.name} exited with code {code} before it became healthy "
-                    f"(command: {' '.join(self.argv)})", self.log_tail())
+                    f"(command: {' '.join(self.argv)})",
+                    self.log_tail(),
+                )
             if self.healthy():
                 self.ready_after_s = time.monotonic() - self.started_at
                 return
@@ -195,7 +204,9 @@ class ServerProcess:
                 raise ServerStartError(
                     f"{self.name} was not healthy after {self.startup_timeout:.0f} s "
                     f"(health: {self.url}{self.health_path or ''}); raise startup_timeout if the "
-                    "machine is just slow", self.log_tail())
+                    "machine is just slow",
+                    self.log_tail(),
+                )
             time.sleep(delay)
             delay = min(delay * 1.5, 1.0)
 
@@ -221,7 +232,7 @@ class ServerProcess:
             _RUNNING.pop(proc.pid, None)
         return proc.returncode
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:

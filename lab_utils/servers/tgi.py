@@ -32,22 +32,46 @@ class TGIServer(ServerProcess):
     Keyword arguments are TGIConfig's fields (the launcher's limits), e.g. max_batch_total_tokens.
     """
 
-    def __init__(self, model: str | Path | None = None, *, api_key: str | None = None,
-                 port: int | None = None, num_threads: int | None = None,
-                 startup_timeout: float = 180, **limits) -> None:
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        api_key: str | None = None,
+        port: int | None = None,
+        num_threads: int | None = None,
+        startup_timeout: float = 180,
+        **limits,
+    ) -> None:
         self.config = TGIConfig(**limits)  # fails here, with the launcher's message, on bad limits
-        argv = [sys.executable, "-m", "lab_utils.tgi", "--port", "{port}", *_limit_args(self.config),
-                "--max-best-of", str(self.config.max_best_of),
-                "--max-stop-sequences", str(self.config.max_stop_sequences),
-                "--max-top-n-tokens", str(self.config.max_top_n_tokens)]
+        argv = [
+            sys.executable,
+            "-m",
+            "lab_utils.tgi",
+            "--port",
+            "{port}",
+            *_limit_args(self.config),
+            "--max-best-of",
+            str(self.config.max_best_of),
+            "--max-stop-sequences",
+            str(self.config.max_stop_sequences),
+            "--max-top-n-tokens",
+            str(self.config.max_top_n_tokens),
+        ]
         if model is not None:
             argv += ["--model-id", str(model)]
         if num_threads is not None:
             argv += ["--num-threads", str(num_threads)]
         self._api_key = api_key
         env = {"TGI_STAND_IN_API_KEY": api_key} if api_key else None  # not on the command line
-        super().__init__("tgi-stand-in", argv, port=port, host=HOST, health_path="/health", env=env,
-                         startup_timeout=startup_timeout)
+        super().__init__(
+            "tgi-stand-in",
+            argv,
+            port=port,
+            host=HOST,
+            health_path="/health",
+            env=env,
+            startup_timeout=startup_timeout,
+        )
 
     @property
     def api_key(self) -> str | None:
@@ -71,26 +95,72 @@ class TGIContainer(ServerProcess):
         limits: TGIConfig fields (max_input_tokens, max_batch_total_tokens, ...).
     """
 
-    def __init__(self, model_id: str, *, volume: str | Path = "~/.cache/llm-serving-lab/tgi-data",
-                 image: str = TGI_IMAGE, num_shard: int | None = None, quantize: str | None = None,
-                 shm_size: str = "1g", port: int | None = None, startup_timeout: float = 1200,
-                 **limits) -> None:
+    def __init__(
+        self,
+        model_id: str,
+        *,
+        volume: str | Path = "~/.cache/llm-serving-lab/tgi-data",
+        image: str = TGI_IMAGE,
+        num_shard: int | None = None,
+        quantize: str | None = None,
+        shm_size: str = "1g",
+        port: int | None = None,
+        startup_timeout: float = 1200,
+        **limits,
+    ) -> None:
         if image.endswith(":latest") or ":" not in image.rsplit("/", 1)[-1]:
             raise ValueError(f"pin the TGI image to a version (e.g. {TGI_IMAGE}), got {image!r}")
         self.config = TGIConfig(**limits)
-        self.command = self.docker_command(model_id, volume=volume, image=image, num_shard=num_shard,
-                                           quantize=quantize, shm_size=shm_size, config=self.config)
-        super().__init__("tgi-container", self.command, port=port, host=HOST, health_path="/health",
-                         startup_timeout=startup_timeout)
+        self.command = self.docker_command(
+            model_id,
+            volume=volume,
+            image=image,
+            num_shard=num_shard,
+            quantize=quantize,
+            shm_size=shm_size,
+            config=self.config,
+        )
+        super().__init__(
+            "tgi-container",
+            self.command,
+            port=port,
+            host=HOST,
+            health_path="/health",
+            startup_timeout=startup_timeout,
+        )
 
     @staticmethod
-    def docker_command(model_id: str, *, volume: str | Path, image: str, num_shard: int | None,
-                       quantize: str | None, shm_size: str, config: TGIConfig) -> list[str]:
+    def docker_command(
+        model_id: str,
+        *,
+        volume: str | Path,
+        image: str,
+        num_shard: int | None,
+        quantize: str | None,
+        shm_size: str,
+        config: TGIConfig,
+    ) -> list[str]:
         """The `docker run` argv ("{port}" is filled in by ServerProcess); HF_TOKEN passes through."""
         vol = Path(volume).expanduser()
-        argv = ["docker", "run", "--rm", "--gpus", "all", "--shm-size", shm_size,
-                "-e", "HF_TOKEN", "-p", "{host}:{port}:80", "-v", f"{vol}:/data", image,
-                "--model-id", model_id, *_limit_args(config)]
+        argv = [
+            "docker",
+            "run",
+            "--rm",
+            "--gpus",
+            "all",
+            "--shm-size",
+            shm_size,
+            "-e",
+            "HF_TOKEN",
+            "-p",
+            "{host}:{port}:80",
+            "-v",
+            f"{vol}:/data",
+            image,
+            "--model-id",
+            model_id,
+            *_limit_args(config),
+        ]
         if num_shard:
             argv += ["--num-shard", str(num_shard)]
         if quantize:

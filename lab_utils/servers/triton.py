@@ -84,7 +84,8 @@ def prepare_install(python: str | Path | None = None) -> TritonInstall:
             return TritonInstall(NGC_ROOT / "bin" / "tritonserver", NGC_ROOT / "backends", ())
         raise FileNotFoundError(
             "no Triton server environment: run `make triton-env` (or `bash scripts/triton_env.sh`) "
-            "to build .venv-triton, or set TRITON_VENV to an environment with nvidia-pytriton")
+            "to build .venv-triton, or set TRITON_VENV to an environment with nvidia-pytriton"
+        )
     out = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         raise RuntimeError(f"{python} could not describe itself: {out.stderr.strip()[-500:]}")
@@ -98,11 +99,20 @@ def prepare_install(python: str | Path | None = None) -> TritonInstall:
         raise FileNotFoundError(f"nvidia-pytriton has no python backend stub for Python {info['version']}")
     venv = python.parent.parent
     backends = venv / "triton-backends"
-    _copy_once([server / "backends" / "python" / "libtriton_python.so",
-                server / "backends" / "python" / "triton_python_backend_utils.py", stub],
-               backends / "python")
-    return TritonInstall(server / "bin" / "tritonserver", backends,
-                         (pkg.parent / "nvidia_pytriton.libs", Path(info["libdir"])), python.parent)
+    _copy_once(
+        [
+            server / "backends" / "python" / "libtriton_python.so",
+            server / "backends" / "python" / "triton_python_backend_utils.py",
+            stub,
+        ],
+        backends / "python",
+    )
+    return TritonInstall(
+        server / "bin" / "tritonserver",
+        backends,
+        (pkg.parent / "nvidia_pytriton.libs", Path(info["libdir"])),
+        python.parent,
+    )
 
 
 def _copy_once(files: list[Path], dest: Path) -> None:
@@ -149,42 +159,77 @@ def _three_ports(*given: int | None) -> tuple[int, int, int]:
 class TritonServer(ServerProcess):
     """tritonserver on one model repository, HTTP/gRPC/metrics on free 127.0.0.1 ports."""
 
-    def __init__(self, model_repository: str | Path, *, model_control: str = "none",
-                 load_models: list[str] | None = None, python: str | Path | None = None,
-                 http_port: int | None = None, grpc_port: int | None = None,
-                 metrics_port: int | None = None, log_verbose: int = 0,
-                 extra_args: list[str] | None = None, startup_timeout: float = 180.0,
-                 name: str = "tritonserver", log_path: str | Path | None = None):
+    def __init__(
+        self,
+        model_repository: str | Path,
+        *,
+        model_control: str = "none",
+        load_models: list[str] | None = None,
+        python: str | Path | None = None,
+        http_port: int | None = None,
+        grpc_port: int | None = None,
+        metrics_port: int | None = None,
+        log_verbose: int = 0,
+        extra_args: list[str] | None = None,
+        startup_timeout: float = 180.0,
+        name: str = "tritonserver",
+        log_path: str | Path | None = None,
+    ):
         repo = Path(model_repository).resolve()
         if not repo.is_dir():
             raise FileNotFoundError(f"model repository {repo} does not exist; write it first")
         if model_control not in MODEL_CONTROL_MODES:
             raise ValueError(f"model_control must be one of {MODEL_CONTROL_MODES}, got {model_control!r}")
         if load_models and model_control != "explicit":
-            raise ValueError("load_models only applies with model_control='explicit' "
-                             "(in 'none' mode Triton loads every model in the repository)")
+            raise ValueError(
+                "load_models only applies with model_control='explicit' "
+                "(in 'none' mode Triton loads every model in the repository)"
+            )
         self.install = prepare_install(python)
         self.model_repository = repo
         self.model_control = model_control
         http_port, self.grpc_port, self.metrics_port = _three_ports(http_port, grpc_port, metrics_port)
-        argv = [str(self.install.binary),
-                "--model-repository", str(repo),
-                "--backend-directory", str(self.install.backends),
-                "--http-address", HOST, "--http-port", "{port}",
-                "--grpc-address", HOST, "--grpc-port", str(self.grpc_port),
-                "--metrics-address", HOST, "--metrics-port", str(self.metrics_port),
-                "--allow-gpu-metrics", "false",
-                "--model-control-mode", model_control,
-                # a graceful stop waits this long for open connections and in-flight requests
-                # (default 30 s); a client that keeps its connection open holds it that long
-                "--exit-timeout-secs", "5",
-                "--log-verbose", str(int(log_verbose))]
+        argv = [
+            str(self.install.binary),
+            "--model-repository",
+            str(repo),
+            "--backend-directory",
+            str(self.install.backends),
+            "--http-address",
+            HOST,
+            "--http-port",
+            "{port}",
+            "--grpc-address",
+            HOST,
+            "--grpc-port",
+            str(self.grpc_port),
+            "--metrics-address",
+            HOST,
+            "--metrics-port",
+            str(self.metrics_port),
+            "--allow-gpu-metrics",
+            "false",
+            "--model-control-mode",
+            model_control,
+            # a graceful stop waits this long for open connections and in-flight requests
+            # (default 30 s); a client that keeps its connection open holds it that long
+            "--exit-timeout-secs",
+            "5",
+            "--log-verbose",
+            str(int(log_verbose)),
+        ]
         for model in load_models or []:
             argv += ["--load-model", model]
         argv += list(extra_args or [])
-        super().__init__(name, argv, port=http_port, health_path="/v2/health/ready",
-                         env=self.install.env(), log_path=log_path,
-                         startup_timeout=startup_timeout)
+        super().__init__(
+            name,
+            argv,
+            port=http_port,
+            health_path="/v2/health/ready",
+            env=self.install.env(),
+            log_path=log_path,
+            startup_timeout=startup_timeout,
+        )
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """Stop the server and its python-backend stubs; remove the shared memory they leave behind."""
@@ -213,8 +258,11 @@ class TritonServer(ServerProcess):
             maps = Path(f"/proc/{self.pid}/maps").read_text()
         except OSError:
             return set()
-        return {Path(line.split(None, 5)[5]) for line in maps.splitlines()
-                if "/dev/shm/triton_python_backend_shm_region" in line and len(line.split(None, 5)) == 6}
+        return {
+            Path(line.split(None, 5)[5])
+            for line in maps.splitlines()
+            if "/dev/shm/triton_python_backend_shm_region" in line and len(line.split(None, 5)) == 6
+        }
 
     # -- addresses ---------------------------------------------------------------------------
     @property
@@ -235,15 +283,18 @@ class TritonServer(ServerProcess):
     # -- the HTTP API, with nothing but the standard library ---------------------------------
     def _request(self, method: str, path: str, body: dict | None = None, timeout: float = 300) -> dict:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as err:
             detail = err.read().decode(errors="replace")
-            raise RuntimeError(f"{method} {path} -> HTTP {err.code}: {detail}\n"
-                               f"--- last lines of the server log ---\n{self.log_tail(15)}") from None
+            raise RuntimeError(
+                f"{method} {path} -> HTTP {err.code}: {detail}\n"
+                f"--- last lines of the server log ---\n{self.log_tail(15)}"
+            ) from None
         return json.loads(raw) if raw else {}
 
     def load_model(self, model: str, config: str | dict | None = None) -> None:

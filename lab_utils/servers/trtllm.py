@@ -43,7 +43,10 @@ def trtllm_serve_path() -> str | None:
 
     from ..runtime import repo_root
 
-    for candidate in (os.environ.get("TRTLLM_SERVE"), str(repo_root() / ".venv-trtllm" / "bin" / "trtllm-serve")):
+    for candidate in (
+        os.environ.get("TRTLLM_SERVE"),
+        str(repo_root() / ".venv-trtllm" / "bin" / "trtllm-serve"),
+    ):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
     return shutil.which("trtllm-serve")
@@ -56,23 +59,36 @@ def trtllm_available() -> tuple[bool, str]:
     if not cuda_available():
         return False, "no CUDA device: TensorRT-LLM runs only on NVIDIA GPUs"
     if trtllm_serve_path() is None:
-        return False, ("trtllm-serve is not installed: see README, 'TensorRT-LLM on a GPU machine' "
-                       "(.venv-trtllm, or set TRTLLM_SERVE)")
+        return False, (
+            "trtllm-serve is not installed: see README, 'TensorRT-LLM on a GPU machine' "
+            "(.venv-trtllm, or set TRTLLM_SERVE)"
+        )
     return True, "CUDA and trtllm-serve present"
 
 
 class TRTLLMServer(ServerProcess):
     """`trtllm-serve` as a subprocess on 127.0.0.1 and a free port, with a validated option file."""
 
-    def __init__(self, model: str | Path | None = None, *, options: dict | None = None,
-                 config_flag: str = "--config", max_batch_size: int | None = None,
-                 max_num_tokens: int | None = None, max_seq_len: int | None = None,
-                 tensor_parallel_size: int | None = None, port: int | None = None,
-                 startup_timeout: float = 900, extra_args: list[str] | tuple[str, ...] = ()):
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        options: dict | None = None,
+        config_flag: str = "--config",
+        max_batch_size: int | None = None,
+        max_num_tokens: int | None = None,
+        max_seq_len: int | None = None,
+        tensor_parallel_size: int | None = None,
+        port: int | None = None,
+        startup_timeout: float = 900,
+        extra_args: list[str] | tuple[str, ...] = (),
+    ):
         from ..trtllm.options import to_yaml
 
         if config_flag not in ("--config", "--extra_llm_api_options"):
-            raise ValueError("config_flag is '--config' (current) or '--extra_llm_api_options' (older releases)")
+            raise ValueError(
+                "config_flag is '--config' (current) or '--extra_llm_api_options' (older releases)"
+            )
         if model is None:
             from ..models import course_model_path
 
@@ -81,8 +97,12 @@ class TRTLLMServer(ServerProcess):
         self.options = dict(options or {})
         argv = [trtllm_serve_path() or "trtllm-serve"]  # the console script installed with tensorrt_llm
         argv += [self.model, "--host", "{host}", "--port", "{port}"]
-        for flag, value in (("--max_batch_size", max_batch_size), ("--max_num_tokens", max_num_tokens),
-                            ("--max_seq_len", max_seq_len), ("--tp_size", tensor_parallel_size)):
+        for flag, value in (
+            ("--max_batch_size", max_batch_size),
+            ("--max_num_tokens", max_num_tokens),
+            ("--max_seq_len", max_seq_len),
+            ("--tp_size", tensor_parallel_size),
+        ):
             if value is not None:
                 argv += [flag, str(int(value))]
         self.config_path: Path | None = None
@@ -94,17 +114,18 @@ class TRTLLMServer(ServerProcess):
             self.config_path = Path(name)
             argv += [config_flag, str(self.config_path)]
         argv += [str(a) for a in extra_args]
-        super().__init__("trtllm-serve", argv, port=port, host=HOST, health_path="/health",
-                         startup_timeout=startup_timeout)
+        super().__init__(
+            "trtllm-serve", argv, port=port, host=HOST, health_path="/health", startup_timeout=startup_timeout
+        )
 
-    def start(self) -> "TRTLLMServer":
+    def start(self) -> TRTLLMServer:
         ok, why = trtllm_available()
         if not ok:
             raise ServerStartError(f"cannot start trtllm-serve here: {why}")
         super().start()
         return self
 
-    def __enter__(self) -> "TRTLLMServer":
+    def __enter__(self) -> TRTLLMServer:
         return self.start()
 
     # -- addresses and clients ----------------------------------------------------------------

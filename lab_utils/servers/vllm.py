@@ -35,8 +35,7 @@ GiB = 1 << 30
 
 # "CPU KV cache size: 46,592 tokens, Maximum concurrency for 8,192 tokens per request: 5.69x"
 _KV_LINE = re.compile(r"(?P<device>[A-Za-z+ ]*?)\s*KV cache size:\s*(?P<tokens>[\d,]+)\s*tokens")
-_CONCURRENCY = re.compile(
-    r"Maximum concurrency for\s*(?P<len>[\d,]+)\s*tokens per request:\s*(?P<x>[\d.]+)x")
+_CONCURRENCY = re.compile(r"Maximum concurrency for\s*(?P<len>[\d,]+)\s*tokens per request:\s*(?P<x>[\d.]+)x")
 _REFUSALS = (
     re.compile(r"(To serve at least one request with the model's max seq len.*?)(?:See https|$)"),
     re.compile(r"(No available memory for the cache blocks\..*?)(?:See https|$)"),
@@ -127,17 +126,24 @@ class VLLMServer(ServerProcess):
         from ..runtime import resolve_backend
 
         if not (isinstance(kv_cache_gib, (int, float)) and math.isfinite(kv_cache_gib) and kv_cache_gib > 0):
-            raise ValueError(f"kv_cache_gib must be a positive number of GiB, got {kv_cache_gib!r} "
-                             "(1 holds about 23k float32 tokens of the course model)")
+            raise ValueError(
+                f"kv_cache_gib must be a positive number of GiB, got {kv_cache_gib!r} "
+                "(1 holds about 23k float32 tokens of the course model)"
+            )
         if max_model_len is not None and (int(max_model_len) != max_model_len or max_model_len < 1):
-            raise ValueError(f"max_model_len must be a positive whole number of tokens or None "
-                             f"(the model's own context length), got {max_model_len!r}")
+            raise ValueError(
+                f"max_model_len must be a positive whole number of tokens or None "
+                f"(the model's own context length), got {max_model_len!r}"
+            )
         if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
-            raise ValueError("gpu_memory_utilization is a fraction of the GPU's memory in (0, 1], "
-                             f"got {gpu_memory_utilization!r}")
+            raise ValueError(
+                "gpu_memory_utilization is a fraction of the GPU's memory in (0, 1], "
+                f"got {gpu_memory_utilization!r}"
+            )
         if isinstance(extra_args, str):
-            raise TypeError("extra_args must be a list of strings such as ['--max-num-seqs', '4'], "
-                            "not one string")
+            raise TypeError(
+                "extra_args must be a list of strings such as ['--max-num-seqs', '4'], not one string"
+            )
         self.mode = resolve_backend(backend)
         if model is None:
             from ..models import course_model_path
@@ -181,8 +187,15 @@ class VLLMServer(ServerProcess):
             argv += ["--api-key", api_key]
         argv += self.extra_args
         # vLLM's /health needs no key, so the base's plain GET works even with --api-key
-        super().__init__("vllm", argv, port=port, host=HOST, health_path="/health", env=env,
-                         startup_timeout=startup_timeout)
+        super().__init__(
+            "vllm",
+            argv,
+            port=port,
+            host=HOST,
+            health_path="/health",
+            env=env,
+            startup_timeout=startup_timeout,
+        )
 
     # -- addresses ---------------------------------------------------------------------------
     @property
@@ -211,32 +224,35 @@ class VLLMServer(ServerProcess):
 
     def models(self) -> list[str]:
         """The model ids listed at /v1/models."""
-        req = urllib.request.Request(self.base_url + "/models",
-                                     headers={"Authorization": f"Bearer {self.api_key}"})
+        req = urllib.request.Request(
+            self.base_url + "/models", headers={"Authorization": f"Bearer {self.api_key}"}
+        )
         with urllib.request.urlopen(req, timeout=10) as resp:
             return [m["id"] for m in json.load(resp)["data"]]
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> "VLLMServer":
+    def start(self) -> VLLMServer:
         """Start vLLM and wait for /health; a refusal raises ServerStartError naming the reason."""
         try:
             super().start()
         except ServerStartError as exc:
             reason = refusal_message(self.log_text())
             if reason:
-                raise ServerStartError(f"vLLM refused to start: {reason}\n({str(exc).splitlines()[0]})",
-                                       exc.log_tail) from None
+                raise ServerStartError(
+                    f"vLLM refused to start: {reason}\n({str(exc).splitlines()[0]})", exc.log_tail
+                ) from None
             raise
         return self
 
-    def __enter__(self) -> "VLLMServer":
+    def __enter__(self) -> VLLMServer:
         return self.start()
 
     def startup_info(self) -> VLLMStartupInfo:
         """The KV capacity and maximum concurrency this server logged while starting."""
         info = parse_startup_log(self.log_text())
-        return VLLMStartupInfo(info.kv_cache_tokens, info.max_concurrency, info.max_model_len,
-                               info.device, self.ready_after_s)
+        return VLLMStartupInfo(
+            info.kv_cache_tokens, info.max_concurrency, info.max_model_len, info.device, self.ready_after_s
+        )
 
     def metrics_text(self) -> str:
         """The server's /metrics page (Prometheus text format)."""

@@ -8,14 +8,35 @@ from .cost import StepCostModel
 from .metrics import SLO, Metrics, goodput, percentile, slot_utilisation, summarize, sweep_load
 from .policies import ContinuousBatching, DynamicBatching, StaticBatching
 from .results import RequestRecord, Residency, SimResult, StepRecord
-from .scheduler import (BlockCounter, SchedulerOutput, SchedulerState, SimRequest, reference_schedule)
+from .scheduler import BlockCounter, SchedulerOutput, SchedulerState, SimRequest, reference_schedule
 from .simulator import simulate
 from .workload import LengthDist, WorkloadRequest, fixed_workload, poisson_workload, seed_scenario
 
 __all__ = [
-    "SLO", "BlockCounter", "ContinuousBatching", "DynamicBatching", "LengthDist", "Metrics",
-    "RequestRecord", "Residency", "SchedulerOutput", "SchedulerState", "SimRequest", "SimResult",
-    "StaticBatching", "StepCostModel", "StepRecord", "WorkloadRequest", "fixed_workload", "goodput",
-    "percentile", "poisson_workload", "reference_schedule", "seed_scenario", "simulate",
-    "slot_utilisation", "summarize", "sweep_load",
+    "SLO",
+    "BlockCounter",
+    "ContinuousBatching",
+    "DynamicBatching",
+    "LengthDist",
+    "Metrics",
+    "RequestRecord",
+    "Residency",
+    "SchedulerOutput",
+    "SchedulerState",
+    "SimRequest",
+    "SimResult",
+    "StaticBatching",
+    "StepCostModel",
+    "StepRecord",
+    "WorkloadRequest",
+    "fixed_workload",
+    "goodput",
+    "percentile",
+    "poisson_workload",
+    "reference_schedule",
+    "seed_scenario",
+    "simulate",
+    "slot_utilisation",
+    "summarize",
+    "sweep_load",
 ]

@@ -27,9 +27,16 @@ class StepMeasurement:
     seconds: float
 
 
-def measure_steps(model_path=None, *, batch_sizes: tuple[int, ...] = (1, 4, 8),
-                  prompt_lens: tuple[int, ...] = (32, 128), context_lens: tuple[int, ...] = (64, 256),
-                  repeats: int = 3, dtype: str = "float32", model=None) -> list[StepMeasurement]:
+def measure_steps(
+    model_path=None,
+    *,
+    batch_sizes: tuple[int, ...] = (1, 4, 8),
+    prompt_lens: tuple[int, ...] = (32, 128),
+    context_lens: tuple[int, ...] = (64, 256),
+    repeats: int = 3,
+    dtype: str = "float32",
+    model=None,
+) -> list[StepMeasurement]:
     """Time prefill and decode forward passes of the course model (median of `repeats`)."""
     import statistics
 
@@ -65,11 +72,13 @@ def measure_steps(model_path=None, *, batch_sizes: tuple[int, ...] = (1, 4, 8),
             for c in context_lens:
                 past = model(tokens(b, c), use_cache=True).past_key_values
                 times = []
-                for r in range(repeats):
+                for _ in range(repeats):
                     t = time.perf_counter()
                     past = model(tokens(b, 1), past_key_values=past, use_cache=True).past_key_values
                     times.append(time.perf_counter() - t)
-                out.append(StepMeasurement("decode", b, b, b * (c + repeats // 2 + 1), statistics.median(times)))
+                out.append(
+                    StepMeasurement("decode", b, b, b * (c + repeats // 2 + 1), statistics.median(times))
+                )
     return out
 
 
@@ -92,8 +101,9 @@ def fit_cost_model(measurements: list[StepMeasurement]) -> StepCostModel:
             coef[active] = sol
             break
         active.pop(int(np.argmin(sol)))  # a negative coefficient has no physical meaning: drop it
-    return StepCostModel(fixed_s=float(coef[0]), per_token_s=float(coef[1]),
-                         per_context_token_s=float(coef[2]), combine="sum")
+    return StepCostModel(
+        fixed_s=float(coef[0]), per_token_s=float(coef[1]), per_context_token_s=float(coef[2]), combine="sum"
+    )
 
 
 def calibrate(model_path=None, **kwargs) -> tuple[StepCostModel, list[StepMeasurement]]:
@@ -106,5 +116,7 @@ def fit_error(cost: StepCostModel, measurements: list[StepMeasurement]) -> float
     """Median relative error of the cost model on the measurements."""
     import statistics
 
-    errs = [abs(cost.step_time(m.num_tokens, m.num_context_tokens) - m.seconds) / m.seconds for m in measurements]
+    errs = [
+        abs(cost.step_time(m.num_tokens, m.num_context_tokens) - m.seconds) / m.seconds for m in measurements
+    ]
     return statistics.median(errs)

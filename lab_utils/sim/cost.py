@@ -34,7 +34,9 @@ class StepCostModel:
             if not value >= 0:
                 raise ValueError(f"StepCostModel.{name} must be >= 0 seconds, got {value}")
         if self.fixed_s + self.per_token_s <= 0:
-            raise ValueError("StepCostModel: fixed_s and per_token_s cannot both be 0 (steps would take no time)")
+            raise ValueError(
+                "StepCostModel: fixed_s and per_token_s cannot both be 0 (steps would take no time)"
+            )
         if self.combine not in COMBINE:
             raise ValueError(f"StepCostModel.combine must be one of {COMBINE}, got {self.combine!r}")
 
@@ -53,9 +55,15 @@ class StepCostModel:
         return self.step_time(num_prompt_tokens, num_prompt_tokens)
 
     @classmethod
-    def from_roofline(cls, num_params: float, bytes_per_param: float, mem_bandwidth_gb_s: float,
-                      peak_tflops: float, kv_bytes_per_token: float = 0.0,
-                      efficiency: float = 1.0) -> "StepCostModel":
+    def from_roofline(
+        cls,
+        num_params: float,
+        bytes_per_param: float,
+        mem_bandwidth_gb_s: float,
+        peak_tflops: float,
+        kv_bytes_per_token: float = 0.0,
+        efficiency: float = 1.0,
+    ) -> StepCostModel:
         """A roofline cost model for a GPU: weights read once per step, 2 FLOPs per parameter per token.
 
         Args:
@@ -67,22 +75,33 @@ class StepCostModel:
             efficiency: fraction of the peaks reached in practice (0.5 is a common rule of thumb).
         """
         if not (mem_bandwidth_gb_s > 0 and peak_tflops > 0 and num_params > 0 and bytes_per_param > 0):
-            raise ValueError("from_roofline needs positive num_params, bytes_per_param, bandwidth and TFLOP/s")
+            raise ValueError(
+                "from_roofline needs positive num_params, bytes_per_param, bandwidth and TFLOP/s"
+            )
         if not 0 < efficiency <= 1:
             raise ValueError(f"efficiency must be in (0, 1], got {efficiency}")
         bw = mem_bandwidth_gb_s * 1e9 * efficiency
         flops = peak_tflops * 1e12 * efficiency
-        return cls(fixed_s=num_params * bytes_per_param / bw,
-                   per_token_s=2.0 * num_params / flops,
-                   per_context_token_s=kv_bytes_per_token / bw,
-                   combine="max")
+        return cls(
+            fixed_s=num_params * bytes_per_param / bw,
+            per_token_s=2.0 * num_params / flops,
+            per_context_token_s=kv_bytes_per_token / bw,
+            combine="max",
+        )
 
     @classmethod
-    def from_gpu(cls, gpu, num_params: float, bytes_per_param: float = 2.0,
-                 kv_bytes_per_token: float = 0.0, efficiency: float = 0.6) -> "StepCostModel":
+    def from_gpu(
+        cls,
+        gpu,
+        num_params: float,
+        bytes_per_param: float = 2.0,
+        kv_bytes_per_token: float = 0.0,
+        efficiency: float = 0.6,
+    ) -> StepCostModel:
         """A roofline cost model for a GPU of lab 01's catalog (`lab_utils.memory.get_gpu`): name or GPU."""
         from lab_utils.memory import get_gpu  # lab 01's catalog, imported only when asked for
 
         spec = get_gpu(gpu)
-        return cls.from_roofline(num_params, bytes_per_param, spec.bandwidth_gb_s, spec.bf16_tflops,
-                                 kv_bytes_per_token, efficiency)
+        return cls.from_roofline(
+            num_params, bytes_per_param, spec.bandwidth_gb_s, spec.bf16_tflops, kv_bytes_per_token, efficiency
+        )

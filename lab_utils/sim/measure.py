@@ -51,8 +51,9 @@ class BatchingGain:
         return self.continuous_tokens_per_s / self.static_tokens_per_s
 
 
-def measure_batching_gain(workload: list[WorkloadRequest], batch_size: int,
-                          cost: StepCostModel) -> BatchingGain:
+def measure_batching_gain(
+    workload: list[WorkloadRequest], batch_size: int, cost: StepCostModel
+) -> BatchingGain:
     """Run `workload` with static batches of `batch_size` (padded rows compute, as in
     `transformers.generate`) and with continuous batching (`max_num_seqs=batch_size`, a budget
     large enough for every prompt at once); return both runs' samples, stamped."""
@@ -60,9 +61,13 @@ def measure_batching_gain(workload: list[WorkloadRequest], batch_size: int,
 
     budget = max(2048, batch_size, sum(w.prompt_len for w in workload))
     runs = {}
-    for name, policy in (("static", StaticBatching(batch_size, pad_finished=True)),
-                         ("continuous", ContinuousBatching(batch_size, budget))):
+    for name, policy in (
+        ("static", StaticBatching(batch_size, pad_finished=True)),
+        ("continuous", ContinuousBatching(batch_size, budget)),
+    ):
         result = simulate(workload, policy, cost)
-        runs[name] = [[float(r.output_len), float(r.arrival_time), float(r.finish_time)]
-                      for r in sorted(result.requests, key=lambda r: r.request_id)]
+        runs[name] = [
+            [float(r.output_len), float(r.arrival_time), float(r.finish_time)]
+            for r in sorted(result.requests, key=lambda r: r.request_id)
+        ]
     return stamp(BatchingGain(int(batch_size), runs["static"], runs["continuous"]))

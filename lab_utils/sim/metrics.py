@@ -113,7 +113,9 @@ def summarize(result: SimResult, slo: SLO | None = None) -> Metrics:
     )
 
 
-def sweep_load(make_workload, policies: dict, rates: list[float], cost=None, slo: SLO | None = None) -> list[dict]:
+def sweep_load(
+    make_workload, policies: dict, rates: list[float], cost=None, slo: SLO | None = None
+) -> list[dict]:
     """Simulate every policy at every arrival rate; one row per (policy, rate) for throughput-latency plots.
 
     Args:

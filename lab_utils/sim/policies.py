@@ -57,11 +57,14 @@ class ContinuousBatching:
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
                 f"({self.max_num_seqs}): each running request needs one token of budget per decode step "
-                "(vLLM refuses this configuration too)")
+                "(vLLM refuses this configuration too)"
+            )
         if self.block_size < 1:
             raise ValueError(f"block_size must be at least 1 token, got {self.block_size}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
-            raise ValueError(f"num_kv_blocks must be at least 1 (or None for unlimited), got {self.num_kv_blocks}")
+            raise ValueError(
+                f"num_kv_blocks must be at least 1 (or None for unlimited), got {self.num_kv_blocks}"
+            )
 
     @property
     def num_slots(self) -> int:
@@ -92,8 +95,10 @@ class DynamicBatching:
         object.__setattr__(self, "preferred_batch_size", tuple(int(s) for s in self.preferred_batch_size))
         bad = [s for s in self.preferred_batch_size if not 1 <= s <= self.max_batch_size]
         if bad:
-            raise ValueError(f"preferred_batch_size {bad} must lie in 1..max_batch_size ({self.max_batch_size}); "
-                             "Triton rejects such a config")
+            raise ValueError(
+                f"preferred_batch_size {bad} must lie in 1..max_batch_size ({self.max_batch_size}); "
+                "Triton rejects such a config"
+            )
         if self.max_queue_delay_microseconds < 0:
             raise ValueError("max_queue_delay_microseconds must be >= 0")
 
@@ -103,5 +108,7 @@ class DynamicBatching:
 
     @property
     def name(self) -> str:
-        return (f"dynamic(max_batch_size={self.max_batch_size}, preferred={list(self.preferred_batch_size)}, "
-                f"delay={self.max_queue_delay_microseconds}us)")
+        return (
+            f"dynamic(max_batch_size={self.max_batch_size}, preferred={list(self.preferred_batch_size)}, "
+            f"delay={self.max_queue_delay_microseconds}us)"
+        )

@@ -35,8 +35,17 @@ def cdiv(a: int, b: int) -> int:
 class SimRequest:
     """A request's live state inside the simulator (vLLM's `Request`, reduced to token counts)."""
 
-    __slots__ = ("request_id", "arrival_time", "prompt_len", "output_len", "num_computed_tokens",
-                 "num_output_tokens", "slot", "record", "num_blocks")
+    __slots__ = (
+        "request_id",
+        "arrival_time",
+        "prompt_len",
+        "output_len",
+        "num_computed_tokens",
+        "num_output_tokens",
+        "slot",
+        "record",
+        "num_blocks",
+    )
 
     def __init__(self, request_id: int, arrival_time: float, prompt_len: int, output_len: int) -> None:
         self.request_id = request_id
@@ -65,8 +74,10 @@ class SimRequest:
         return range(self.num_tokens)
 
     def __repr__(self) -> str:
-        return (f"SimRequest({self.request_id}, computed={self.num_computed_tokens}, "
-                f"tokens={self.num_tokens}, outputs={self.num_output_tokens}/{self.output_len})")
+        return (
+            f"SimRequest({self.request_id}, computed={self.num_computed_tokens}, "
+            f"tokens={self.num_tokens}, outputs={self.num_output_tokens}/{self.output_len})"
+        )
 
 
 class BlockCounter:

@@ -24,16 +24,20 @@ from collections.abc import Callable, Sequence
 from .cost import StepCostModel
 from .policies import ContinuousBatching, DynamicBatching, StaticBatching
 from .results import Residency, SimResult, StepRecord
-from .scheduler import (BlockCounter, SchedulerOutput, SchedulerState, SimRequest, cdiv,
-                        reference_schedule)
+from .scheduler import BlockCounter, SchedulerOutput, SchedulerState, SimRequest, cdiv
 from .workload import WorkloadRequest
 
 Policy = StaticBatching | ContinuousBatching | DynamicBatching
 
 
-def simulate(workload: Sequence[WorkloadRequest], policy: Policy, cost: StepCostModel | None = None, *,
-             schedule_fn: Callable[[SchedulerState], SchedulerOutput] | None = None,
-             kv_manager: str = "count") -> SimResult:
+def simulate(
+    workload: Sequence[WorkloadRequest],
+    policy: Policy,
+    cost: StepCostModel | None = None,
+    *,
+    schedule_fn: Callable[[SchedulerState], SchedulerOutput] | None = None,
+    kv_manager: str = "count",
+) -> SimResult:
     """Run `workload` through `policy` with step times from `cost`; return every request's and step's record.
 
     Args:
@@ -75,11 +79,16 @@ def _check_fits(reqs: list[WorkloadRequest], cfg: ContinuousBatching) -> None:
             raise ValueError(
                 f"request {w.request_id} needs up to {w.prompt_len + w.output_len} tokens in one prefill "
                 f"(after a preemption) but max_num_batched_tokens={cfg.max_num_batched_tokens} and chunked "
-                "prefill is off; raise the budget or enable_chunked_prefill")
-        if cfg.num_kv_blocks is not None and cdiv(w.prompt_len + w.output_len - 1, cfg.block_size) > cfg.num_kv_blocks:
+                "prefill is off; raise the budget or enable_chunked_prefill"
+            )
+        if (
+            cfg.num_kv_blocks is not None
+            and cdiv(w.prompt_len + w.output_len - 1, cfg.block_size) > cfg.num_kv_blocks
+        ):
             raise ValueError(
                 f"request {w.request_id} ({w.prompt_len}+{w.output_len} tokens) can never fit in "
-                f"{cfg.num_kv_blocks} KV blocks of {cfg.block_size} tokens; raise num_kv_blocks")
+                f"{cfg.num_kv_blocks} KV blocks of {cfg.block_size} tokens; raise num_kv_blocks"
+            )
 
 
 # --------------------------------------------------------------------------- static batching
@@ -100,8 +109,15 @@ def _run_static(reqs: list[WorkloadRequest], cfg: StaticBatching, cost: StepCost
         # prefill: one padded step over every prompt
         tokens = rows * longest_prompt if cfg.pad_finished else sum(w.prompt_len for w in batch)
         end = now + cost.step_time(tokens, tokens)
-        result.steps.append(StepRecord(now, end, {w.request_id: w.prompt_len for w in batch}, (),
-                                       prefill_sampled=tuple(w.request_id for w in batch)))
+        result.steps.append(
+            StepRecord(
+                now,
+                end,
+                {w.request_id: w.prompt_len for w in batch},
+                (),
+                prefill_sampled=tuple(w.request_id for w in batch),
+            )
+        )
         batch_start, first_token = now, end
         finish = {}
         for w in batch:
@@ -116,7 +132,9 @@ def _run_static(reqs: list[WorkloadRequest], cfg: StaticBatching, cost: StepCost
                 num_active -= 1
             computing = rows if cfg.pad_finished else num_active
             end = now + cost.step_time(computing, computing * (longest_prompt + j))
-            result.steps.append(StepRecord(now, end, {}, ids[:num_active], num_padding=computing - num_active))
+            result.steps.append(
+                StepRecord(now, end, {}, ids[:num_active], num_padding=computing - num_active)
+            )
             k = num_active
             while k > 0 and by_length[k - 1].output_len == j + 1:
                 finish[by_length[k - 1].request_id] = end
@@ -126,8 +144,15 @@ def _run_static(reqs: list[WorkloadRequest], cfg: StaticBatching, cost: StepCost
             rec = SimRequest(w.request_id, w.arrival_time, w.prompt_len, w.output_len).record
             rec.scheduled_time, rec.first_token_time = batch_start, first_token
             rec.finish_time = finish[w.request_id]
-            rec.residencies.append(Residency(slot, batch_start, first_token, rec.finish_time,
-                                             held_until=now if cfg.pad_finished else None))
+            rec.residencies.append(
+                Residency(
+                    slot,
+                    batch_start,
+                    first_token,
+                    rec.finish_time,
+                    held_until=now if cfg.pad_finished else None,
+                )
+            )
             records[w.request_id] = rec
     result.requests = [records[w.request_id] for w in reqs]
     return result
@@ -160,8 +185,15 @@ def _run_dynamic(reqs: list[WorkloadRequest], cfg: DynamicBatching, cost: StepCo
         batch = [queue.popleft() for _ in range(size)]
         tokens = size * max(w.prompt_len for w in batch)  # one padded forward pass
         end = now + cost.step_time(tokens, tokens)
-        result.steps.append(StepRecord(now, end, {w.request_id: w.prompt_len for w in batch}, (),
-                                       prefill_sampled=tuple(w.request_id for w in batch)))
+        result.steps.append(
+            StepRecord(
+                now,
+                end,
+                {w.request_id: w.prompt_len for w in batch},
+                (),
+                prefill_sampled=tuple(w.request_id for w in batch),
+            )
+        )
         for slot, w in enumerate(batch):
             rec = SimRequest(w.request_id, w.arrival_time, w.prompt_len, w.output_len).record
             rec.scheduled_time, rec.first_token_time, rec.finish_time = now, end, end
@@ -173,9 +205,13 @@ def _run_dynamic(reqs: list[WorkloadRequest], cfg: DynamicBatching, cost: StepCo
 
 
 # --------------------------------------------------------------------------- continuous: readable engine
-def _run_continuous_plain(reqs: list[WorkloadRequest], cfg: ContinuousBatching, cost: StepCostModel,
-                          schedule_fn: Callable[[SchedulerState], SchedulerOutput],
-                          kv_manager: str) -> SimResult:
+def _run_continuous_plain(
+    reqs: list[WorkloadRequest],
+    cfg: ContinuousBatching,
+    cost: StepCostModel,
+    schedule_fn: Callable[[SchedulerState], SchedulerOutput],
+    kv_manager: str,
+) -> SimResult:
     if kv_manager == "count":
         kv = BlockCounter(cfg.num_kv_blocks, cfg.block_size)
     elif kv_manager == "paged":
@@ -203,15 +239,19 @@ def _run_continuous_plain(reqs: list[WorkloadRequest], cfg: ContinuousBatching, 
         if not scheduled:
             idle_plans += 1
             if idle_plans > 1:
-                raise RuntimeError(f"the schedule function planned no tokens twice in a row at t={now:.4f}s "
-                                   f"(running={len(state.running)}, waiting={len(state.waiting)})")
+                raise RuntimeError(
+                    f"the schedule function planned no tokens twice in a row at t={now:.4f}s "
+                    f"(running={len(state.running)}, waiting={len(state.waiting)})"
+                )
             continue
         idle_plans = 0
         over = sum(scheduled.values()) - cfg.max_num_batched_tokens
         if over > 0 or len(state.running) > cfg.max_num_seqs:
-            raise RuntimeError(f"plan exceeds the limits: {sum(scheduled.values())} tokens "
-                               f"(budget {cfg.max_num_batched_tokens}), {len(state.running)} running "
-                               f"(max_num_seqs {cfg.max_num_seqs})")
+            raise RuntimeError(
+                f"plan exceeds the limits: {sum(scheduled.values())} tokens "
+                f"(budget {cfg.max_num_batched_tokens}), {len(state.running)} running "
+                f"(max_num_seqs {cfg.max_num_seqs})"
+            )
         context = sum(live[rid].num_computed_tokens + n for rid, n in scheduled.items())
         end = now + cost.step_time(sum(scheduled.values()), context)
         prefill, decode, sampled = {}, [], []
@@ -232,13 +272,25 @@ def _run_continuous_plain(reqs: list[WorkloadRequest], cfg: ContinuousBatching, 
                 if req.record.first_token_time is None:
                     req.record.first_token_time = end
             res = req.record.residencies[-1]
-            if not was_decoding and res.prefill_end < 0 and (req.is_decoding or req.num_output_tokens == req.output_len):
+            if (
+                not was_decoding
+                and res.prefill_end < 0
+                and (req.is_decoding or req.num_output_tokens == req.output_len)
+            ):
                 res.prefill_end = end
             if req.num_output_tokens == req.output_len:
                 state.finish(req, end)
                 remaining -= 1
-        result.steps.append(StepRecord(now, end, prefill, tuple(decode), tuple(plan.preempted_req_ids),
-                                       prefill_sampled=tuple(sampled)))
+        result.steps.append(
+            StepRecord(
+                now,
+                end,
+                prefill,
+                tuple(decode),
+                tuple(plan.preempted_req_ids),
+                prefill_sampled=tuple(sampled),
+            )
+        )
         now = end
     result.requests = [live[w.request_id].record for w in reqs]
     return result
@@ -251,7 +303,9 @@ class _Req(SimRequest):
     __slots__ = ("seq", "s0", "c0", "k0", "finish_step")
 
 
-def _run_continuous_fast(reqs: list[WorkloadRequest], cfg: ContinuousBatching, cost: StepCostModel) -> SimResult:
+def _run_continuous_fast(
+    reqs: list[WorkloadRequest], cfg: ContinuousBatching, cost: StepCostModel
+) -> SimResult:
     bs = cfg.block_size
     max_seqs = cfg.max_num_seqs
     token_budget = cfg.max_num_batched_tokens

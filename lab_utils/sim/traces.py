@@ -23,8 +23,13 @@ def _get(row, name: str, default=None):
     return row.get(name, default) if isinstance(row, dict) else getattr(row, name, default)
 
 
-def trace_result(rows: Sequence, *, policy: str = "measured", num_slots: int | None = None,
-                 max_concurrency: int | None = None) -> SimResult:
+def trace_result(
+    rows: Sequence,
+    *,
+    policy: str = "measured",
+    num_slots: int | None = None,
+    max_concurrency: int | None = None,
+) -> SimResult:
     """Build a SimResult from measured rows so the timeline and metrics can use them.
 
     Each row (dict or object) needs request_id, arrival_time, first_token_time, finish_time and
@@ -53,7 +58,10 @@ def trace_result(rows: Sequence, *, policy: str = "measured", num_slots: int | N
             free_at = heapq.heappop(releases) if len(releases) >= max_concurrency else arrival
             inferred[i] = min(first, max(arrival, free_at))
             heapq.heappush(releases, float(_get(r, "finish_time")))
-        rows = [({**_as_dict(r), "scheduled_time": inferred[i]} if i in inferred else r) for i, r in enumerate(rows)]
+        rows = [
+            ({**_as_dict(r), "scheduled_time": inferred[i]} if i in inferred else r)
+            for i, r in enumerate(rows)
+        ]
     t0 = min(float(_get(r, "arrival_time")) for r in rows)
     records, spans = [], []
     for r in rows:
@@ -61,14 +69,22 @@ def trace_result(rows: Sequence, *, policy: str = "measured", num_slots: int | N
         first = float(_get(r, "first_token_time")) - t0
         finish = float(_get(r, "finish_time")) - t0
         if not arrival <= first <= finish:
-            raise ValueError(f"request {_get(r, 'request_id')}: need arrival <= first token <= finish, "
-                             f"got {arrival:.4f}, {first:.4f}, {finish:.4f}")
+            raise ValueError(
+                f"request {_get(r, 'request_id')}: need arrival <= first token <= finish, "
+                f"got {arrival:.4f}, {first:.4f}, {finish:.4f}"
+            )
         start = _get(r, "scheduled_time")
         start = arrival if start is None else float(start) - t0
         held = _get(r, "held_until")
-        rec = RequestRecord(_get(r, "request_id"), arrival, int(_get(r, "prompt_len", 1) or 1),
-                            int(_get(r, "output_len")), scheduled_time=start, first_token_time=first,
-                            finish_time=finish)
+        rec = RequestRecord(
+            _get(r, "request_id"),
+            arrival,
+            int(_get(r, "prompt_len", 1) or 1),
+            int(_get(r, "output_len")),
+            scheduled_time=start,
+            first_token_time=first,
+            finish_time=finish,
+        )
         records.append(rec)
         spans.append((start, first, finish, None if held is None else float(held) - t0, _get(r, "slot")))
     # lanes: given slots as they are, the rest packed greedily (lowest free lane first)
@@ -91,12 +107,25 @@ def trace_result(rows: Sequence, *, policy: str = "measured", num_slots: int | N
 def _as_dict(row) -> dict:
     if isinstance(row, dict):
         return row
-    return {k: getattr(row, k) for k in ("request_id", "arrival_time", "first_token_time", "finish_time",
-                                         "output_len", "prompt_len", "slot", "held_until") if hasattr(row, k)}
+    return {
+        k: getattr(row, k)
+        for k in (
+            "request_id",
+            "arrival_time",
+            "first_token_time",
+            "finish_time",
+            "output_len",
+            "prompt_len",
+            "slot",
+            "held_until",
+        )
+        if hasattr(row, k)
+    }
 
 
-def token_prompts(workload: Sequence[WorkloadRequest], seed: int = 0, low: int = 1000,
-                  high: int = 20000) -> list[list[int]]:
+def token_prompts(
+    workload: Sequence[WorkloadRequest], seed: int = 0, low: int = 1000, high: int = 20000
+) -> list[list[int]]:
     """One prompt of exactly `prompt_len` token ids per request (random ordinary-vocabulary ids, seeded)."""
     import numpy as np
 
@@ -105,9 +134,14 @@ def token_prompts(workload: Sequence[WorkloadRequest], seed: int = 0, low: int =
 
 
 # ----------------------------------------------------------------------------- vLLM (continuous)
-async def run_vllm_async(base_url: str, model: str, workload: Sequence[WorkloadRequest],
-                         prompts: Sequence[Sequence[int]], api_key: str = "unused",
-                         max_num_seqs: int | None = None) -> SimResult:
+async def run_vllm_async(
+    base_url: str,
+    model: str,
+    workload: Sequence[WorkloadRequest],
+    prompts: Sequence[Sequence[int]],
+    api_key: str = "unused",
+    max_num_seqs: int | None = None,
+) -> SimResult:
     """Send the workload to a vLLM OpenAI server at its arrival times, streaming; measure each request.
 
     Every request asks for exactly `output_len` tokens (`ignore_eos`, `min_tokens`), so the work is
@@ -130,9 +164,14 @@ async def run_vllm_async(base_url: str, model: str, workload: Sequence[WorkloadR
         chunks = 0
         usage = None
         stream = await client.completions.create(
-            model=model, prompt=list(prompt), max_tokens=w.output_len, temperature=0.0, stream=True,
+            model=model,
+            prompt=list(prompt),
+            max_tokens=w.output_len,
+            temperature=0.0,
+            stream=True,
             stream_options={"include_usage": True},
-            extra_body={"ignore_eos": True, "min_tokens": w.output_len})
+            extra_body={"ignore_eos": True, "min_tokens": w.output_len},
+        )
         async for chunk in stream:
             if chunk.choices:  # one chunk per token; its text may be empty (a partial character)
                 chunks += 1
@@ -141,10 +180,17 @@ async def run_vllm_async(base_url: str, model: str, workload: Sequence[WorkloadR
             if getattr(chunk, "usage", None) is not None:
                 usage = chunk.usage
         done = time.perf_counter()
-        rows.append({"request_id": w.request_id, "arrival_time": sent, "first_token_time": first or done,
-                     "finish_time": done, "prompt_len": w.prompt_len,
-                     "output_len": int(usage.completion_tokens) if usage else w.output_len,
-                     "streamed_chunks": chunks})
+        rows.append(
+            {
+                "request_id": w.request_id,
+                "arrival_time": sent,
+                "first_token_time": first or done,
+                "finish_time": done,
+                "prompt_len": w.prompt_len,
+                "output_len": int(usage.completion_tokens) if usage else w.output_len,
+                "streamed_chunks": chunks,
+            }
+        )
 
     try:
         await asyncio.gather(*(one(w, p) for w, p in zip(workload, prompts)))
@@ -154,8 +200,14 @@ async def run_vllm_async(base_url: str, model: str, workload: Sequence[WorkloadR
     return trace_result(rows, policy="vLLM (continuous batching, measured)", max_concurrency=max_num_seqs)
 
 
-def run_vllm(base_url: str, model: str, workload: Sequence[WorkloadRequest],
-             prompts: Sequence[Sequence[int]], api_key: str = "unused", max_num_seqs: int | None = None) -> SimResult:
+def run_vllm(
+    base_url: str,
+    model: str,
+    workload: Sequence[WorkloadRequest],
+    prompts: Sequence[Sequence[int]],
+    api_key: str = "unused",
+    max_num_seqs: int | None = None,
+) -> SimResult:
     """Blocking wrapper of `run_vllm_async` that also works inside Jupyter's running event loop.
 
     Pass the server's `max_num_seqs` to draw inferred admission times instead of client arrivals.
@@ -173,8 +225,15 @@ def run_vllm(base_url: str, model: str, workload: Sequence[WorkloadRequest],
 
 
 # ----------------------------------------------------------------------------- transformers (static)
-def run_static_transformers(model_path, workload: Sequence[WorkloadRequest], prompts: Sequence[Sequence[int]],
-                            batch_size: int, *, dtype: str = "float32", model=None) -> SimResult:
+def run_static_transformers(
+    model_path,
+    workload: Sequence[WorkloadRequest],
+    prompts: Sequence[Sequence[int]],
+    batch_size: int,
+    *,
+    dtype: str = "float32",
+    model=None,
+) -> SimResult:
     """Serve the workload with `transformers.generate` in static batches and measure every request.
 
     A batch is formed from whoever has arrived (up to `batch_size`), left-padded, and generated
@@ -223,22 +282,39 @@ def run_static_transformers(model_path, workload: Sequence[WorkloadRequest], pro
         mask = torch.zeros((len(batch), longest), dtype=torch.long)
         for row, i in enumerate(batch):  # left padding: every prompt ends at the same column
             p = torch.tensor(list(prompts[i]), dtype=torch.long)
-            ids[row, longest - len(p):] = p
-            mask[row, longest - len(p):] = 1
+            ids[row, longest - len(p) :] = p
+            mask[row, longest - len(p) :] = 1
         new_tokens = max(workload[i].output_len for i in batch)
         clock = StepClock()
         start = time.perf_counter()
         with torch.inference_mode():
-            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens,
-                           min_new_tokens=new_tokens, do_sample=False, pad_token_id=pad_id,
-                           stopping_criteria=StoppingCriteriaList([clock]))
+            model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=pad_id,
+                stopping_criteria=StoppingCriteriaList([clock]),
+            )
         end = clock.times[-1] if clock.times else time.perf_counter()
         for slot, i in enumerate(batch):
             w = workload[i]
-            rows.append({"request_id": w.request_id, "arrival_time": t0 + w.arrival_time,
-                         "scheduled_time": start, "first_token_time": clock.times[0],
-                         "finish_time": clock.times[w.output_len - 1], "held_until": end,
-                         "prompt_len": w.prompt_len, "output_len": w.output_len, "slot": slot})
+            rows.append(
+                {
+                    "request_id": w.request_id,
+                    "arrival_time": t0 + w.arrival_time,
+                    "scheduled_time": start,
+                    "first_token_time": clock.times[0],
+                    "finish_time": clock.times[w.output_len - 1],
+                    "held_until": end,
+                    "prompt_len": w.prompt_len,
+                    "output_len": w.output_len,
+                    "slot": slot,
+                }
+            )
     rows.sort(key=lambda r: r["request_id"])
-    result = trace_result(rows, policy=f"transformers static batches of {batch_size} (measured)", num_slots=batch_size)
+    result = trace_result(
+        rows, policy=f"transformers static batches of {batch_size} (measured)", num_slots=batch_size
+    )
     return result

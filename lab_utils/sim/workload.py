@@ -26,8 +26,10 @@ class WorkloadRequest:
         if self.prompt_len < 1:
             raise ValueError(f"request {self.request_id}: prompt_len must be at least 1 token")
         if self.output_len < 1:
-            raise ValueError(f"request {self.request_id}: output_len must be at least 1 token "
-                             "(the first token is the one prefill produces)")
+            raise ValueError(
+                f"request {self.request_id}: output_len must be at least 1 token "
+                "(the first token is the one prefill produces)"
+            )
 
 
 @dataclass(frozen=True)
@@ -73,28 +75,41 @@ class LengthDist:
             return [int(x) for x in rng.integers(self.low, self.high + 1, size=n)]
         if self.kind == "choice":
             p = np.asarray(self.weights, float) if self.weights else None
-            return [int(x) for x in rng.choice(np.asarray(self.values), size=n, p=None if p is None else p / p.sum())]
+            return [
+                int(x)
+                for x in rng.choice(np.asarray(self.values), size=n, p=None if p is None else p / p.sum())
+            ]
         # lognormal with the requested mean: E[exp(N(mu, s^2))] = exp(mu + s^2/2)
-        mu = np.log(self.mean) - self.sigma ** 2 / 2
+        mu = np.log(self.mean) - self.sigma**2 / 2
         xs = np.clip(np.rint(rng.lognormal(mu, self.sigma, size=n)), self.low, self.high)
         return [int(x) for x in xs]
 
 
-def fixed_workload(prompt_lens: list[int], output_lens: list[int],
-                   arrival_times: list[float] | None = None) -> list[WorkloadRequest]:
+def fixed_workload(
+    prompt_lens: list[int], output_lens: list[int], arrival_times: list[float] | None = None
+) -> list[WorkloadRequest]:
     """A hand-written workload: request i has prompt_lens[i], output_lens[i], arrives at arrival_times[i] (0 by default)."""
     if len(prompt_lens) != len(output_lens):
-        raise ValueError(f"prompt_lens ({len(prompt_lens)}) and output_lens ({len(output_lens)}) differ in length")
+        raise ValueError(
+            f"prompt_lens ({len(prompt_lens)}) and output_lens ({len(output_lens)}) differ in length"
+        )
     if arrival_times is None:
         arrival_times = [0.0] * len(prompt_lens)
     if len(arrival_times) != len(prompt_lens):
         raise ValueError("arrival_times needs one entry per request")
-    return [WorkloadRequest(i, float(t), int(p), int(o))
-            for i, (t, p, o) in enumerate(zip(arrival_times, prompt_lens, output_lens))]
+    return [
+        WorkloadRequest(i, float(t), int(p), int(o))
+        for i, (t, p, o) in enumerate(zip(arrival_times, prompt_lens, output_lens))
+    ]
 
 
-def poisson_workload(num_requests: int, rate: float, prompt_len: LengthDist | int = 128,
-                     output_len: LengthDist | int = 128, seed: int = 0) -> list[WorkloadRequest]:
+def poisson_workload(
+    num_requests: int,
+    rate: float,
+    prompt_len: LengthDist | int = 128,
+    output_len: LengthDist | int = 128,
+    seed: int = 0,
+) -> list[WorkloadRequest]:
     """`num_requests` requests arriving as a Poisson process of `rate` requests per second.
 
     `rate=float("inf")` makes every request arrive at time 0 (a closed batch, the offline case).
@@ -119,8 +134,9 @@ def poisson_workload(num_requests: int, rate: float, prompt_len: LengthDist | in
     return [WorkloadRequest(i, arrivals[i], prompts[i], outputs[i]) for i in range(num_requests)]
 
 
-def seed_scenario(num_short: int = 7, short_len: int = 50, long_len: int = 500,
-                  prompt_len: int = 32) -> list[WorkloadRequest]:
+def seed_scenario(
+    num_short: int = 7, short_len: int = 50, long_len: int = 500, prompt_len: int = 32
+) -> list[WorkloadRequest]:
     """The seed's example: a batch where `num_short` answers need `short_len` tokens and one needs `long_len`."""
     outs = [short_len] * num_short + [long_len]
     return fixed_workload([prompt_len] * len(outs), outs)

@@ -22,12 +22,25 @@ from typing import Any
 from .admission import AdmissionRecord, TGIAdmission, TGIConfig, min_batch_size, next_batch, reserved_tokens
 from .protocol import STAND_IN
 
-__all__ = ["AdmissionRecord", "STAND_IN", "TGIAdmission", "TGIConfig", "create_service", "min_batch_size",
-           "next_batch", "reserved_tokens"]
+__all__ = [
+    "AdmissionRecord",
+    "STAND_IN",
+    "TGIAdmission",
+    "TGIConfig",
+    "create_service",
+    "min_batch_size",
+    "next_batch",
+    "reserved_tokens",
+]
 
 
-def create_service(config: TGIConfig, model: str | Path | None = None, api_key: str | None = None,
-                   num_threads: int | None = None, engine: Any = None):
+def create_service(
+    config: TGIConfig,
+    model: str | Path | None = None,
+    api_key: str | None = None,
+    num_threads: int | None = None,
+    engine: Any = None,
+):
     """Load the course engine under TGI's admission policy and start its worker thread."""
     from lab_utils.engine import LLMEngine
 
@@ -39,12 +52,18 @@ def create_service(config: TGIConfig, model: str | Path | None = None, api_key: 
     if engine is None:
         # KV for max_batch_total_tokens, plus a block per possible request for rounding.
         blocks = math.ceil(config.max_batch_total_tokens / block) + config.max_concurrent_requests
-        engine = LLMEngine(model, max_num_seqs=config.max_concurrent_requests,
-                           max_num_batched_tokens=max(config.max_batch_prefill_tokens,
-                                                      config.max_concurrent_requests),
-                           block_size=block, num_kv_blocks=blocks, max_model_len=config.max_total_tokens,
-                           enable_prefix_caching=False, num_threads=num_threads,
-                           schedule_fn=TGIAdmission(config), record_steps=False)
+        engine = LLMEngine(
+            model,
+            max_num_seqs=config.max_concurrent_requests,
+            max_num_batched_tokens=max(config.max_batch_prefill_tokens, config.max_concurrent_requests),
+            block_size=block,
+            num_kv_blocks=blocks,
+            max_model_len=config.max_total_tokens,
+            enable_prefix_caching=False,
+            num_threads=num_threads,
+            schedule_fn=TGIAdmission(config),
+            record_steps=False,
+        )
     model_id = str(engine.model_path)
     worker = EngineWorker(engine, config, Metrics())
     worker.start()

@@ -16,8 +16,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m lab_utils.tgi", description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--model-id", default=None, help="model folder (default: the course model)")
-    ap.add_argument("--api-key", default=os.environ.get("TGI_STAND_IN_API_KEY"),
-                    help="require 'Authorization: Bearer KEY' (except on /health)")
+    ap.add_argument(
+        "--api-key",
+        default=os.environ.get("TGI_STAND_IN_API_KEY"),
+        help="require 'Authorization: Bearer KEY' (except on /health)",
+    )
     ap.add_argument("--max-input-tokens", type=int, default=1024)
     ap.add_argument("--max-total-tokens", type=int, default=2048)
     ap.add_argument("--max-batch-prefill-tokens", type=int, default=None)
@@ -38,16 +41,21 @@ def main(argv: list[str] | None = None) -> int:
     from .admission import TGIConfig
 
     try:
-        cfg = TGIConfig(max_input_tokens=args.max_input_tokens, max_total_tokens=args.max_total_tokens,
-                        max_batch_prefill_tokens=args.max_batch_prefill_tokens,
-                        max_batch_total_tokens=args.max_batch_total_tokens,
-                        max_concurrent_requests=args.max_concurrent_requests,
-                        waiting_served_ratio=args.waiting_served_ratio,
-                        max_waiting_tokens=args.max_waiting_tokens, max_batch_size=args.max_batch_size,
-                        max_best_of=args.max_best_of, max_stop_sequences=args.max_stop_sequences,
-                        max_top_n_tokens=args.max_top_n_tokens)
+        cfg = TGIConfig(
+            max_input_tokens=args.max_input_tokens,
+            max_total_tokens=args.max_total_tokens,
+            max_batch_prefill_tokens=args.max_batch_prefill_tokens,
+            max_batch_total_tokens=args.max_batch_total_tokens,
+            max_concurrent_requests=args.max_concurrent_requests,
+            waiting_served_ratio=args.waiting_served_ratio,
+            max_waiting_tokens=args.max_waiting_tokens,
+            max_batch_size=args.max_batch_size,
+            max_best_of=args.max_best_of,
+            max_stop_sequences=args.max_stop_sequences,
+            max_top_n_tokens=args.max_top_n_tokens,
+        )
     except ValueError as e:
-        print(f"Error: ArgumentValidation(\"{e}\")", file=sys.stderr)  # the launcher's wording
+        print(f'Error: ArgumentValidation("{e}")', file=sys.stderr)  # the launcher's wording
         return 2
     import uvicorn
 
@@ -56,14 +64,19 @@ def main(argv: list[str] | None = None) -> int:
 
     service = create_service(cfg, model=args.model_id, api_key=args.api_key, num_threads=args.num_threads)
     app = build_app(service)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning",
-                                           access_log=False))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    )
 
     def on_term(signum, frame):
         server.should_exit = True
+
     signal.signal(signal.SIGTERM, on_term)
-    print(f"TGI-protocol stand-in (llm-serving-lab) on http://127.0.0.1:{args.port} serving "
-          f"{service.model_id}; limits: {cfg}", flush=True)
+    print(
+        f"TGI-protocol stand-in (llm-serving-lab) on http://127.0.0.1:{args.port} serving "
+        f"{service.model_id}; limits: {cfg}",
+        flush=True,
+    )
     try:
         server.run()
     finally:

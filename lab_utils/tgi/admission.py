@@ -33,8 +33,9 @@ pass, so TGI's "prefill new, then decode all" is two steps here.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass
@@ -71,21 +72,34 @@ class TGIConfig:
     def __post_init__(self) -> None:
         if self.max_batch_prefill_tokens is None:
             self.max_batch_prefill_tokens = self.max_input_tokens + 50
-        for name in ("max_input_tokens", "max_total_tokens", "max_batch_prefill_tokens",
-                     "max_batch_total_tokens", "max_concurrent_requests", "max_waiting_tokens", "block_size"):
+        for name in (
+            "max_input_tokens",
+            "max_total_tokens",
+            "max_batch_prefill_tokens",
+            "max_batch_total_tokens",
+            "max_concurrent_requests",
+            "max_waiting_tokens",
+            "block_size",
+        ):
             v = getattr(self, name)
             if int(v) != v or v < 1:
                 raise ValueError(f"{name} must be a whole number >= 1, got {v!r}")
         # The launcher's own checks (launcher/src/main.rs), with its wording.
         if self.max_input_tokens >= self.max_total_tokens:
-            raise ValueError(f"`max_input_tokens`({self.max_input_tokens}) must be < "
-                             f"`max_total_tokens`({self.max_total_tokens})")
+            raise ValueError(
+                f"`max_input_tokens`({self.max_input_tokens}) must be < "
+                f"`max_total_tokens`({self.max_total_tokens})"
+            )
         if self.max_batch_prefill_tokens < self.max_input_tokens:
-            raise ValueError(f"`max_batch_prefill_tokens` ({self.max_batch_prefill_tokens}) must be >= "
-                             f"`max_input_tokens` ({self.max_input_tokens}): a longest prompt could never be prefilled")
+            raise ValueError(
+                f"`max_batch_prefill_tokens` ({self.max_batch_prefill_tokens}) must be >= "
+                f"`max_input_tokens` ({self.max_input_tokens}): a longest prompt could never be prefilled"
+            )
         if self.max_total_tokens > self.max_batch_total_tokens:
-            raise ValueError(f"`max_total_tokens` must be <= `max_batch_total_tokens`. Given: "
-                             f"{self.max_total_tokens} and {self.max_batch_total_tokens}")
+            raise ValueError(
+                f"`max_total_tokens` must be <= `max_batch_total_tokens`. Given: "
+                f"{self.max_total_tokens} and {self.max_batch_total_tokens}"
+            )
         if not self.waiting_served_ratio >= 0:
             raise ValueError(f"waiting_served_ratio must be >= 0, got {self.waiting_served_ratio!r}")
         if self.max_batch_size is not None and self.max_batch_size < 1:
@@ -93,12 +107,22 @@ class TGIConfig:
 
     def launcher_args(self) -> list[str]:
         """These settings as `text-generation-launcher` flags (for the real container)."""
-        args = ["--max-input-tokens", self.max_input_tokens, "--max-total-tokens", self.max_total_tokens,
-                "--max-batch-prefill-tokens", self.max_batch_prefill_tokens,
-                "--max-batch-total-tokens", self.max_batch_total_tokens,
-                "--max-concurrent-requests", self.max_concurrent_requests,
-                "--waiting-served-ratio", self.waiting_served_ratio,
-                "--max-waiting-tokens", self.max_waiting_tokens]
+        args = [
+            "--max-input-tokens",
+            self.max_input_tokens,
+            "--max-total-tokens",
+            self.max_total_tokens,
+            "--max-batch-prefill-tokens",
+            self.max_batch_prefill_tokens,
+            "--max-batch-total-tokens",
+            self.max_batch_total_tokens,
+            "--max-concurrent-requests",
+            self.max_concurrent_requests,
+            "--waiting-served-ratio",
+            self.waiting_served_ratio,
+            "--max-waiting-tokens",
+            self.max_waiting_tokens,
+        ]
         if self.max_batch_size is not None:
             args += ["--max-batch-size", self.max_batch_size]
         return [str(a) for a in args]
@@ -112,16 +136,24 @@ def reserved_tokens(input_len: int, max_new_tokens: int, block_size: int = 1) ->
     return math.ceil((input_len + max_new_tokens - 1) / block_size) * block_size
 
 
-def min_batch_size(running: int, waiting_tokens: int, waiting_served_ratio: float,
-                   max_waiting_tokens: int) -> int | None:
+def min_batch_size(
+    running: int, waiting_tokens: int, waiting_served_ratio: float, max_waiting_tokens: int
+) -> int | None:
     """The smallest new batch TGI accepts while `running` requests decode (None = any size)."""
     if waiting_tokens >= max_waiting_tokens:
         return None
     return math.floor(running * waiting_served_ratio)
 
 
-def next_batch(waiting: list[tuple[int, int]], *, min_size: int | None, max_size: int | None,
-               prefill_token_budget: int, token_budget: int, block_size: int = 1) -> int:
+def next_batch(
+    waiting: list[tuple[int, int]],
+    *,
+    min_size: int | None,
+    max_size: int | None,
+    prefill_token_budget: int,
+    token_budget: int,
+    block_size: int = 1,
+) -> int:
     """How many requests from the front of the queue form the next batch (0 = none).
 
     Args:
@@ -194,8 +226,9 @@ class TGIAdmission:
             an int gives every request that value, a callable maps a request to it.
     """
 
-    def __init__(self, config: TGIConfig | None = None,
-                 max_new_tokens: int | Callable[[Any], int] | None = None) -> None:
+    def __init__(
+        self, config: TGIConfig | None = None, max_new_tokens: int | Callable[[Any], int] | None = None
+    ) -> None:
         self.config = config or TGIConfig()
         if max_new_tokens is None:
             self._max_new = _default_max_new
@@ -220,14 +253,19 @@ class TGIAdmission:
         min_size, reason = None, ""
         if not running or not self._decode_next:
             if running:
-                min_size = min_batch_size(len(running), self.waiting_tokens,
-                                          cfg.waiting_served_ratio, cfg.max_waiting_tokens)
+                min_size = min_batch_size(
+                    len(running), self.waiting_tokens, cfg.waiting_served_ratio, cfg.max_waiting_tokens
+                )
             max_size = None if cfg.max_batch_size is None else cfg.max_batch_size - len(running)
             queue = [(_input_len(r), self._max_new(r)) for r in state.waiting]
-            n = next_batch(queue, min_size=min_size, max_size=max_size,
-                           prefill_token_budget=cfg.max_batch_prefill_tokens,
-                           token_budget=cfg.max_batch_total_tokens - self._reserved(running),
-                           block_size=cfg.block_size)
+            n = next_batch(
+                queue,
+                min_size=min_size,
+                max_size=max_size,
+                prefill_token_budget=cfg.max_batch_prefill_tokens,
+                token_budget=cfg.max_batch_total_tokens - self._reserved(running),
+                block_size=cfg.block_size,
+            )
             for req in list(state.waiting)[:n]:
                 new_tokens = req.num_tokens - req.num_computed_tokens
                 if state.kv.allocate_slots(req, new_tokens) is None:
@@ -257,6 +295,16 @@ class TGIAdmission:
             kind = "decode"
         else:
             kind = "idle"
-        self.records.append(AdmissionRecord(len(self.records), kind, len(state.running), len(admitted),
-                                            n_waiting, min_size, reason, self._reserved(state.running)))
+        self.records.append(
+            AdmissionRecord(
+                len(self.records),
+                kind,
+                len(state.running),
+                len(admitted),
+                n_waiting,
+                min_size,
+                reason,
+                self._reserved(state.running),
+            )
+        )
         return plan

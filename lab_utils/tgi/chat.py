@@ -8,10 +8,33 @@ from typing import Any
 from .protocol import STAND_IN, GenerateParams, validation
 
 # Fields the stand-in accepts only when null (huggingface_hub and the text-generation client send them).
-_NULL_ONLY = ("frequency_penalty", "presence_penalty", "logit_bias", "tools", "tool_choice", "tool_prompt",
-              "top_logprobs", "repetition_penalty")
-_KNOWN = {"model", "messages", "stream", "max_tokens", "max_completion_tokens", "temperature", "top_p",
-          "seed", "stop", "n", "response_format", "logprobs", "stream_options", "user", *_NULL_ONLY}
+_NULL_ONLY = (
+    "frequency_penalty",
+    "presence_penalty",
+    "logit_bias",
+    "tools",
+    "tool_choice",
+    "tool_prompt",
+    "top_logprobs",
+    "repetition_penalty",
+)
+_KNOWN = {
+    "model",
+    "messages",
+    "stream",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "stop",
+    "n",
+    "response_format",
+    "logprobs",
+    "stream_options",
+    "user",
+    *_NULL_ONLY,
+}
 
 
 def _grammar(fmt: Any) -> dict | None:
@@ -27,7 +50,7 @@ def _grammar(fmt: Any) -> dict | None:
         return {"type": "json", "value": fmt["json_schema"].get("schema")}
     if kind == "text":
         return None
-    raise validation(f"response_format {fmt!r} is not supported: use {{\"type\": \"json\", \"value\": <schema>}}")
+    raise validation(f'response_format {fmt!r} is not supported: use {{"type": "json", "value": <schema>}}')
 
 
 def to_params(service, body: Any) -> tuple[GenerateParams, bool]:
@@ -52,8 +75,13 @@ def to_params(service, body: Any) -> tuple[GenerateParams, bool]:
     stop = body.get("stop")
     stop = [stop] if isinstance(stop, str) else (stop or [])
     max_new = body.get("max_completion_tokens") or body.get("max_tokens")
-    params = {"max_new_tokens": max_new, "seed": body.get("seed"), "stop": stop,
-              "top_p": body.get("top_p"), "grammar": _grammar(body.get("response_format"))}
+    params = {
+        "max_new_tokens": max_new,
+        "seed": body.get("seed"),
+        "stop": stop,
+        "top_p": body.get("top_p"),
+        "grammar": _grammar(body.get("response_format")),
+    }
     # OpenAI semantics: temperature 0 is greedy; absent means sample at 1.0.
     if temperature is None or temperature > 0:
         params["temperature"] = temperature
@@ -97,11 +125,21 @@ async def chat_completion(service, body: Any, Slot, sse, headers: dict):
                     return
                 piece = "" if ev["token"]["special"] else ev["token"]["text"]
                 done = ev.get("details")
-                yield {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                       "system_fingerprint": STAND_IN,
-                       "choices": [{"index": 0, "delta": {"role": "assistant", "content": piece},
-                                    "logprobs": None,
-                                    "finish_reason": reason_map[done["finish_reason"]] if done else None}]}
+                yield {
+                    "id": cid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "system_fingerprint": STAND_IN,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"role": "assistant", "content": piece},
+                            "logprobs": None,
+                            "finish_reason": reason_map[done["finish_reason"]] if done else None,
+                        }
+                    ],
+                }
         finally:
             slot.__exit__()
 
@@ -120,9 +158,23 @@ def _complete(cid: str, created: int, model: str, out: dict, p: GenerateParams) 
     d = out.get("details") or {}
     n_out = d.get("generated_tokens", 0)
     reason = {"length": "length"}.get(d.get("finish_reason"), "stop")
-    return {"id": cid, "object": "chat.completion", "created": created, "model": model,
-            "system_fingerprint": STAND_IN,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": out["generated_text"]},
-                         "logprobs": None, "finish_reason": reason}],
-            "usage": {"prompt_tokens": len(p.input_ids), "completion_tokens": n_out,
-                      "total_tokens": len(p.input_ids) + n_out}}
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": STAND_IN,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": out["generated_text"]},
+                "logprobs": None,
+                "finish_reason": reason,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": len(p.input_ids),
+            "completion_tokens": n_out,
+            "total_tokens": len(p.input_ids) + n_out,
+        },
+    }

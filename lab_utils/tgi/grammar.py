@@ -31,7 +31,9 @@ class GrammarCompiler:
     def compile(self, grammar: Any):
         """A compiled grammar for a TGI `grammar` object; raises GrammarError with TGI's reasons."""
         if not isinstance(grammar, dict) or set(grammar) - {"type", "value"} or "type" not in grammar:
-            raise GrammarError("grammar must be an object {\"type\": \"json\"|\"json_schema\"|\"regex\", \"value\": ...}")
+            raise GrammarError(
+                'grammar must be an object {"type": "json"|"json_schema"|"regex", "value": ...}'
+            )
         kind, value = grammar["type"], grammar.get("value")
         try:
             if kind in ("json", "json_object"):
@@ -39,7 +41,9 @@ class GrammarCompiler:
                 return self._json(schema)
             if kind == "json_schema":
                 if not isinstance(value, dict) or not isinstance(value.get("schema"), dict):
-                    raise GrammarError("a json_schema grammar's value is {\"name\", \"schema\": {...}, \"strict\"}")
+                    raise GrammarError(
+                        'a json_schema grammar\'s value is {"name", "schema": {...}, "strict"}'
+                    )
                 return self._json(value["schema"])
             if kind == "regex":
                 if not isinstance(value, str) or not value:
@@ -77,7 +81,7 @@ class GrammarLogitsProcessor:
         self.num_accepted = 0
 
     def __call__(self, output_token_ids: list[int], logits):
-        for tok in output_token_ids[self.num_accepted:]:
+        for tok in output_token_ids[self.num_accepted :]:
             if not self.matcher.is_terminated():
                 self.matcher.accept_token(int(tok))
             self.num_accepted += 1

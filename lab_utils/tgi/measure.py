@@ -21,9 +21,11 @@ def tgi_sim(workload, config: TGIConfig, cost=None, max_new_tokens=None):
     policy = TGIAdmission(config, max_new_tokens=max_new_tokens)
     longest = max((w.prompt_len + w.output_len for w in workload), default=1)
     seqs = max(config.max_concurrent_requests, len(workload))
-    sim_cfg = ContinuousBatching(max_num_seqs=seqs,
-                                 max_num_batched_tokens=max(config.max_batch_prefill_tokens, seqs, longest),
-                                 enable_chunked_prefill=False)
+    sim_cfg = ContinuousBatching(
+        max_num_seqs=seqs,
+        max_num_batched_tokens=max(config.max_batch_prefill_tokens, seqs, longest),
+        enable_chunked_prefill=False,
+    )
     return simulate(workload, sim_cfg, cost, schedule_fn=policy), policy
 
 
@@ -31,8 +33,11 @@ def vllm_sim(workload, max_num_batched_tokens: int, max_num_seqs: int, cost=None
     """The same workload under vLLM's token-budget scheduler (chunked prefill, decodes first)."""
     from lab_utils.sim import ContinuousBatching, simulate
 
-    return simulate(workload, ContinuousBatching(max_num_seqs=max_num_seqs,
-                                                 max_num_batched_tokens=max_num_batched_tokens), cost)
+    return simulate(
+        workload,
+        ContinuousBatching(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens),
+        cost,
+    )
 
 
 def batch_sizes(result) -> list[int]:
@@ -52,8 +57,13 @@ class LateArrival:
     provenance: str = ""
 
     def raw_samples(self) -> dict:
-        return {"running": self.running, "ratio": self.waiting_served_ratio, "W": self.max_waiting_tokens,
-                "kinds": self.kinds, "waiting": self.waiting}
+        return {
+            "running": self.running,
+            "ratio": self.waiting_served_ratio,
+            "W": self.max_waiting_tokens,
+            "kinds": self.kinds,
+            "waiting": self.waiting,
+        }
 
     @property
     def decodes_sat_out(self) -> int:
@@ -61,25 +71,39 @@ class LateArrival:
         return sum(1 for k, w in zip(self.kinds, self.waiting) if k == "decode" and w > 0)
 
 
-def late_arrival(running: int, waiting_served_ratio: float, max_waiting_tokens: int,
-                 prompt_len: int = 32, output_len: int = 64) -> LateArrival:
+def late_arrival(
+    running: int,
+    waiting_served_ratio: float,
+    max_waiting_tokens: int,
+    prompt_len: int = 32,
+    output_len: int = 64,
+) -> LateArrival:
     """Measure on the simulator how many decode steps a late request sits out under TGI's rules."""
     from lab_utils.grading.provenance import stamp
     from lab_utils.sim import StepCostModel
     from lab_utils.sim.workload import WorkloadRequest
 
-    cfg = TGIConfig(max_input_tokens=prompt_len * 2, max_total_tokens=prompt_len * 2 + output_len,
-                    max_batch_prefill_tokens=prompt_len * (running + 1),
-                    max_batch_total_tokens=(running + 1) * (prompt_len + output_len) * 2,
-                    waiting_served_ratio=waiting_served_ratio, max_waiting_tokens=max_waiting_tokens)
+    cfg = TGIConfig(
+        max_input_tokens=prompt_len * 2,
+        max_total_tokens=prompt_len * 2 + output_len,
+        max_batch_prefill_tokens=prompt_len * (running + 1),
+        max_batch_total_tokens=(running + 1) * (prompt_len + output_len) * 2,
+        waiting_served_ratio=waiting_served_ratio,
+        max_waiting_tokens=max_waiting_tokens,
+    )
     work = [WorkloadRequest(i, 0.0, prompt_len, output_len + max_waiting_tokens) for i in range(running)]
     work.append(WorkloadRequest(running, 1e-6, prompt_len, 8))  # arrives during the first prefill
     _, policy = tgi_sim(work, cfg, StepCostModel())
     recs = policy.records
     # keep the steps until the late request is admitted
     end = next((i for i, r in enumerate(recs) if i > 0 and r.kind == "prefill"), len(recs) - 1)
-    obj = LateArrival(running, waiting_served_ratio, max_waiting_tokens,
-                      [r.kind for r in recs[:end + 1]], [r.waiting for r in recs[:end + 1]])
+    obj = LateArrival(
+        running,
+        waiting_served_ratio,
+        max_waiting_tokens,
+        [r.kind for r in recs[: end + 1]],
+        [r.waiting for r in recs[: end + 1]],
+    )
     return stamp(obj)
 
 
@@ -95,8 +119,13 @@ class RouterRun:
     provenance: str = ""
 
     def raw_samples(self) -> dict:
-        return {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2e": self.e2e_s, "tokens": self.tokens,
-                "steps": self.steps}
+        return {
+            "ttft": self.ttft_s,
+            "tpot": self.tpot_s,
+            "e2e": self.e2e_s,
+            "tokens": self.tokens,
+            "steps": self.steps,
+        }
 
     @property
     def decode_batch_sizes(self) -> list[int]:
@@ -104,8 +133,9 @@ class RouterRun:
         return [s["batch_size"] for s in self.steps if s["kind"] == "decode"]
 
 
-def run_burst(url: str, prompts: list[str], max_new_tokens: int, stagger_s: float = 0.0,
-              timeout: float = 300.0) -> RouterRun:
+def run_burst(
+    url: str, prompts: list[str], max_new_tokens: int, stagger_s: float = 0.0, timeout: float = 300.0
+) -> RouterRun:
     """Stream `prompts` concurrently to `url`/generate_stream; TTFT, TPOT, end-to-end, the batch log."""
     import httpx
 
@@ -126,6 +156,7 @@ def run_burst(url: str, prompts: list[str], max_new_tokens: int, stagger_s: floa
                     if size:
                         sampled.append({"t": time.perf_counter(), "kind": "decode", "batch_size": size})
             done.wait(0.05)
+
     n = len(prompts)
     ttft, tpot, e2e, toks = [0.0] * n, [0.0] * n, [0.0] * n, [0] * n
     errors: list[str] = []
@@ -164,7 +195,9 @@ def run_burst(url: str, prompts: list[str], max_new_tokens: int, stagger_s: floa
     return stamp(RouterRun(ttft, tpot, e2e, toks, steps))
 
 
-def ttft_by_prefill_budget(workload, budgets: list[int], config: TGIConfig, cost=None) -> dict[int, list[float]]:
+def ttft_by_prefill_budget(
+    workload, budgets: list[int], config: TGIConfig, cost=None
+) -> dict[int, list[float]]:
     """Sorted simulated TTFTs of `workload` under TGI's loop for each max_batch_prefill_tokens."""
     from dataclasses import replace
 

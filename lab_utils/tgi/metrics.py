@@ -29,8 +29,11 @@ class Metrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.counters: dict[tuple[str, tuple], float] = defaultdict(float)
-        self.gauges: dict[str, float] = {"tgi_queue_size": 0.0, "tgi_batch_current_size": 0.0,
-                                         "tgi_batch_current_max_tokens": 0.0}
+        self.gauges: dict[str, float] = {
+            "tgi_queue_size": 0.0,
+            "tgi_batch_current_size": 0.0,
+            "tgi_batch_current_max_tokens": 0.0,
+        }
         self.hist: dict[tuple[str, tuple], list] = {}
 
     def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
@@ -73,7 +76,7 @@ class Metrics:
                     if n != name:
                         continue
                     for b, c in zip(buckets, counts):
-                        le = lab(labels, 'le="%s"' % b)
+                        le = lab(labels, f'le="{b}"')
                         lines.append(f"{name}_bucket{le} {c}")
                     le = lab(labels, 'le="+Inf"')
                     lines.append(f"{name}_bucket{le} {count}")

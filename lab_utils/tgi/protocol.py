@@ -16,13 +16,34 @@ STAND_IN = "llm-serving-lab TGI-protocol stand-in"
 
 # Every field of TGI's GenerateParameters; the `text-generation` client sends all of them, with nulls.
 KNOWN_PARAMETERS = {
-    "do_sample", "max_new_tokens", "repetition_penalty", "frequency_penalty", "return_full_text",
-    "stop", "seed", "temperature", "top_k", "top_p", "truncate", "typical_p", "best_of", "watermark",
-    "details", "decoder_input_details", "top_n_tokens", "grammar", "adapter_id",
+    "do_sample",
+    "max_new_tokens",
+    "repetition_penalty",
+    "frequency_penalty",
+    "return_full_text",
+    "stop",
+    "seed",
+    "temperature",
+    "top_k",
+    "top_p",
+    "truncate",
+    "typical_p",
+    "best_of",
+    "watermark",
+    "details",
+    "decoder_input_details",
+    "top_n_tokens",
+    "grammar",
+    "adapter_id",
 }
 # Accepted only at their neutral value: the course engine has no such sampling stage.
-_UNSUPPORTED = {"repetition_penalty": None, "frequency_penalty": None, "typical_p": None,
-                "watermark": False, "adapter_id": None}
+_UNSUPPORTED = {
+    "repetition_penalty": None,
+    "frequency_penalty": None,
+    "typical_p": None,
+    "watermark": False,
+    "adapter_id": None,
+}
 
 
 class TGIError(Exception):
@@ -86,10 +107,12 @@ def _float(params: dict, name: str) -> float | None:
 def validate(body: Any, cfg: TGIConfig, tokenize, *, stream: bool) -> GenerateParams:
     """Check a `{"inputs", "parameters"}` body as TGI's router does; raises TGIError(422)."""
     if not isinstance(body, dict):
-        raise validation("the body must be a JSON object {\"inputs\": ..., \"parameters\": {...}}")
+        raise validation('the body must be a JSON object {"inputs": ..., "parameters": {...}}')
     unknown = set(body) - {"inputs", "parameters", "stream"}
     if unknown:
-        raise validation(f"unknown field(s) {sorted(unknown)} (the course stand-in rejects them; real TGI ignores them)")
+        raise validation(
+            f"unknown field(s) {sorted(unknown)} (the course stand-in rejects them; real TGI ignores them)"
+        )
     inputs = body.get("inputs")
     if not isinstance(inputs, str):
         raise validation("`inputs` must be a string")
@@ -100,8 +123,10 @@ def validate(body: Any, cfg: TGIConfig, tokenize, *, stream: bool) -> GeneratePa
         raise validation("`parameters` must be an object")
     unknown = set(params) - KNOWN_PARAMETERS
     if unknown:
-        raise validation(f"unknown parameter(s) {sorted(unknown)} (the course stand-in rejects them; "
-                         "real TGI ignores them)")
+        raise validation(
+            f"unknown parameter(s) {sorted(unknown)} (the course stand-in rejects them; "
+            "real TGI ignores them)"
+        )
     for name, neutral in _UNSUPPORTED.items():
         if params.get(name, neutral) != neutral:
             raise validation(f"`{name}` is not implemented by the {STAND_IN} (real TGI supports it)")
@@ -150,8 +175,10 @@ def validate(body: Any, cfg: TGIConfig, tokenize, *, stream: bool) -> GeneratePa
     truncate = _int(params, "truncate")
     if truncate is not None:
         if not 0 < truncate <= cfg.max_input_tokens:
-            raise validation(f"`truncate` must be strictly positive and less than {cfg.max_input_tokens}. "
-                             f"Given: {truncate}")
+            raise validation(
+                f"`truncate` must be strictly positive and less than {cfg.max_input_tokens}. "
+                f"Given: {truncate}"
+            )
         ids = ids[-truncate:]
     max_new = _int(params, "max_new_tokens")
     if max_new is None:
@@ -161,14 +188,25 @@ def validate(body: Any, cfg: TGIConfig, tokenize, *, stream: bool) -> GeneratePa
     if len(ids) > cfg.max_input_tokens:
         raise validation(f"`inputs` must have less than {cfg.max_input_tokens} tokens. Given: {len(ids)}")
     if len(ids) + max_new > cfg.max_total_tokens:
-        raise validation(f"`inputs` tokens + `max_new_tokens` must be <= {cfg.max_total_tokens}. "
-                         f"Given: {len(ids)} `inputs` tokens and {max_new} `max_new_tokens`")
+        raise validation(
+            f"`inputs` tokens + `max_new_tokens` must be <= {cfg.max_total_tokens}. "
+            f"Given: {len(ids)} `inputs` tokens and {max_new} `max_new_tokens`"
+        )
     grammar = params.get("grammar")
     if grammar is not None and not isinstance(grammar, dict):
-        raise validation("grammar is not valid: expected {\"type\", \"value\"}")
+        raise validation('grammar is not valid: expected {"type", "value"}')
     return GenerateParams(
-        input_ids=ids, max_new_tokens=max_new,
-        temperature=(temperature or 1.0) if sampling else 0.0, top_k=top_k or 0, top_p=top_p or 1.0,
-        seed=seed, stop=stop, details=bool(params.get("details") or False),
-        decoder_input_details=decoder_input_details, top_n_tokens=top_n, best_of=best_of,
-        return_full_text=bool(params.get("return_full_text") or False), grammar=grammar)
+        input_ids=ids,
+        max_new_tokens=max_new,
+        temperature=(temperature or 1.0) if sampling else 0.0,
+        top_k=top_k or 0,
+        top_p=top_p or 1.0,
+        seed=seed,
+        stop=stop,
+        details=bool(params.get("details") or False),
+        decoder_input_details=decoder_input_details,
+        top_n_tokens=top_n,
+        best_of=best_of,
+        return_full_text=bool(params.get("return_full_text") or False),
+        grammar=grammar,
+    )

@@ -28,7 +28,9 @@ HEADERS = {"x-served-by": STAND_IN}
 class Service:
     """Everything a request handler needs: the worker, the tokenizer, the limits."""
 
-    def __init__(self, worker: EngineWorker, config: TGIConfig, model_id: str, api_key: str | None = None) -> None:
+    def __init__(
+        self, worker: EngineWorker, config: TGIConfig, model_id: str, api_key: str | None = None
+    ) -> None:
         self.worker = worker
         self.config = config
         self.model_id = model_id
@@ -53,8 +55,15 @@ class Service:
                 raise validation(str(e)) from None
             procs.append(GrammarLogitsProcessor(compiled, self.vocab_size))
         procs.append(recorder)  # after the grammar: it reports the masked distribution
-        return SamplingParams(temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, seed=seed,
-                              max_tokens=p.max_new_tokens, stop=p.stop or None, logits_processors=procs)
+        return SamplingParams(
+            temperature=p.temperature,
+            top_k=p.top_k,
+            top_p=p.top_p,
+            seed=seed,
+            max_tokens=p.max_new_tokens,
+            stop=p.stop or None,
+            logits_processors=procs,
+        )
 
     def start_job(self, p: GenerateParams, seed: int | None) -> Job:
         recorder = LogprobRecorder(p.top_n_tokens)
@@ -113,10 +122,14 @@ class Service:
     def details(self, p: GenerateParams, job: Job, res: dict, seed: int | None) -> dict:
         lps = job.recorder.logprobs
         tokens = [self.token(t, lps[k] if k < len(lps) else None) for k, t in enumerate(res["ids"])]
-        d = {"finish_reason": res["reason"], "generated_tokens": len(res["ids"]), "seed": seed,
-             # prompt logprobs are not computed by the course engine: ids and texts only
-             "prefill": ([self.token(t, None) for t in p.input_ids] if p.decoder_input_details else []),
-             "tokens": tokens}
+        d = {
+            "finish_reason": res["reason"],
+            "generated_tokens": len(res["ids"]),
+            "seed": seed,
+            # prompt logprobs are not computed by the course engine: ids and texts only
+            "prefill": ([self.token(t, None) for t in p.input_ids] if p.decoder_input_details else []),
+            "tokens": tokens,
+        }
         if p.top_n_tokens:
             d["top_tokens"] = [self.top_tokens(job, k) for k in range(len(res["ids"]))]
         return d
@@ -145,7 +158,9 @@ class Service:
             if p.best_of > 1:
                 out["details"]["best_of_sequences"] = [
                     {"generated_text": r["text"], **self.details(p, j, r, s)}
-                    for i, ((s, j), r) in enumerate(zip(runs, results)) if i != best]
+                    for i, ((s, j), r) in enumerate(zip(runs, results))
+                    if i != best
+                ]
         return out
 
     async def stream(self, p: GenerateParams):
@@ -168,18 +183,28 @@ class Service:
                 if pending is not None:
                     yield pending
                 lp = job.recorder.logprobs[k] if k < len(job.recorder.logprobs) else None
-                pending = {"index": k + 1, "token": self.token(value, lp),
-                           "top_tokens": self.top_tokens(job, k) if p.top_n_tokens else None,
-                           "generated_text": None, "details": None}
+                pending = {
+                    "index": k + 1,
+                    "token": self.token(value, lp),
+                    "top_tokens": self.top_tokens(job, k) if p.top_n_tokens else None,
+                    "generated_text": None,
+                    "details": None,
+                }
                 k += 1
             elif kind == "done":
                 reason, stop_reason, text = value
                 self.record_done(job, k)
                 if pending is None:
                     return
-                pending["generated_text"] = (self.tok.decode(p.input_ids) if p.return_full_text else "") + text
-                pending["details"] = {"finish_reason": self.finish_reason(reason, stop_reason),
-                                      "generated_tokens": k, "seed": seed, "input_length": len(p.input_ids)}
+                pending["generated_text"] = (
+                    self.tok.decode(p.input_ids) if p.return_full_text else ""
+                ) + text
+                pending["details"] = {
+                    "finish_reason": self.finish_reason(reason, stop_reason),
+                    "generated_tokens": k,
+                    "seed": seed,
+                    "input_length": len(p.input_ids),
+                }
                 yield pending
                 return
             else:
@@ -189,21 +214,41 @@ class Service:
 
     def info(self) -> dict:
         c = self.config
-        return {"model_id": self.model_id, "model_sha": None, "model_pipeline_tag": "text-generation",
-                "max_concurrent_requests": c.max_concurrent_requests, "max_best_of": c.max_best_of,
-                "max_stop_sequences": c.max_stop_sequences, "max_input_tokens": c.max_input_tokens,
-                "max_total_tokens": c.max_total_tokens, "validation_workers": 1,
-                "max_client_batch_size": 4, "router": STAND_IN, "version": "3.3.7-compatible",
-                "sha": None, "docker_label": None,
-                "stand_in": {"engine": "lab_utils.engine (course engine)",
-                             "admission": {"max_batch_prefill_tokens": c.max_batch_prefill_tokens,
-                                           "max_batch_total_tokens": c.max_batch_total_tokens,
-                                           "waiting_served_ratio": c.waiting_served_ratio,
-                                           "max_waiting_tokens": c.max_waiting_tokens,
-                                           "max_batch_size": c.max_batch_size},
-                             "not_implemented": ["repetition_penalty", "frequency_penalty", "typical_p",
-                                                 "watermark", "adapter_id", "prompt logprobs (prefill "
-                                                 "tokens have logprob null)", "tools"]}}
+        return {
+            "model_id": self.model_id,
+            "model_sha": None,
+            "model_pipeline_tag": "text-generation",
+            "max_concurrent_requests": c.max_concurrent_requests,
+            "max_best_of": c.max_best_of,
+            "max_stop_sequences": c.max_stop_sequences,
+            "max_input_tokens": c.max_input_tokens,
+            "max_total_tokens": c.max_total_tokens,
+            "validation_workers": 1,
+            "max_client_batch_size": 4,
+            "router": STAND_IN,
+            "version": "3.3.7-compatible",
+            "sha": None,
+            "docker_label": None,
+            "stand_in": {
+                "engine": "lab_utils.engine (course engine)",
+                "admission": {
+                    "max_batch_prefill_tokens": c.max_batch_prefill_tokens,
+                    "max_batch_total_tokens": c.max_batch_total_tokens,
+                    "waiting_served_ratio": c.waiting_served_ratio,
+                    "max_waiting_tokens": c.max_waiting_tokens,
+                    "max_batch_size": c.max_batch_size,
+                },
+                "not_implemented": [
+                    "repetition_penalty",
+                    "frequency_penalty",
+                    "typical_p",
+                    "watermark",
+                    "adapter_id",
+                    "prompt logprobs (prefill tokens have logprob null)",
+                    "tools",
+                ],
+            },
+        }
 
 
 # ---------------------------------------------------------------------- the ASGI application
@@ -223,6 +268,7 @@ def build_app(service: Service):
         async def gen():
             async for ev in events:
                 yield f"data:{json.dumps(ev)}\n\n"
+
         return StreamingResponse(gen(), media_type="text/event-stream", headers=HEADERS)
 
     async def read_json(request: Request) -> Any:
@@ -280,6 +326,7 @@ def build_app(service: Service):
                         yield ev
                 finally:
                     slot.__exit__()
+
             return sse(events())
         except TGIError as e:
             return error(e)
@@ -305,8 +352,14 @@ def build_app(service: Service):
         return PlainTextResponse(service.metrics.render(), headers=HEADERS)
 
     async def batches(request):
-        return JSONResponse({"router": STAND_IN, "steps": list(service.worker.batch_log),
-                             "note": "not a TGI route: the stand-in's per-step admission log"}, headers=HEADERS)
+        return JSONResponse(
+            {
+                "router": STAND_IN,
+                "steps": list(service.worker.batch_log),
+                "note": "not a TGI route: the stand-in's per-step admission log",
+            },
+            headers=HEADERS,
+        )
 
     async def chat(request):
         from .chat import chat_completion
@@ -320,13 +373,16 @@ def build_app(service: Service):
         except GrammarError as e:
             return error(validation(str(e)))
 
-    routes = [Route("/generate", generate, methods=["POST"]),
-              Route("/generate_stream", generate_stream, methods=["POST"]),
-              Route("/", compat, methods=["POST"]),
-              Route("/info", info, methods=["GET"]), Route("/health", health, methods=["GET"]),
-              Route("/metrics", metrics, methods=["GET"]),
-              Route("/stand-in/batches", batches, methods=["GET"]),
-              Route("/v1/chat/completions", chat, methods=["POST"])]
+    routes = [
+        Route("/generate", generate, methods=["POST"]),
+        Route("/generate_stream", generate_stream, methods=["POST"]),
+        Route("/", compat, methods=["POST"]),
+        Route("/info", info, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/stand-in/batches", batches, methods=["GET"]),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+    ]
     return Starlette(routes=routes)
 
 

@@ -108,8 +108,9 @@ class EngineWorker:
                 job.push(("cancelled", None))
             else:
                 try:
-                    self.engine.add_request(job.request_id, job.prompt_ids, job.sampling_params,
-                                            arrival_time=job.arrival)
+                    self.engine.add_request(
+                        job.request_id, job.prompt_ids, job.sampling_params, arrival_time=job.arrival
+                    )
                     self.jobs[job.request_id] = job
                 except Exception as e:  # noqa: BLE001 - becomes a 424 for this request only
                     job.push(("error", f"Request failed during generation: {e}"))
@@ -151,9 +152,16 @@ class EngineWorker:
             self.metrics.set("tgi_batch_current_size", len(sched.running))
             self.metrics.set("tgi_batch_current_max_tokens", self.policy._reserved(sched.running))
             self.metrics.set("tgi_queue_size", len(sched.waiting))
-            self.batch_log.append({"t": t - self.t0, "end": now - self.t0, "kind": kind,
-                                   "batch_size": len(sched.running), "waiting": len(sched.waiting),
-                                   "admitted": rec.admitted if rec else 0})
+            self.batch_log.append(
+                {
+                    "t": t - self.t0,
+                    "end": now - self.t0,
+                    "kind": kind,
+                    "batch_size": len(sched.running),
+                    "waiting": len(sched.waiting),
+                    "admitted": rec.admitted if rec else 0,
+                }
+            )
             finished = {o.request_id: o for o in outputs}
             for rid, job in list(self.jobs.items()):
                 req = eng._requests.get(rid)

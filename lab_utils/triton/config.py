@@ -19,22 +19,45 @@ import re
 from typing import Any
 
 # names people reach for that DataType spells differently
-DTYPE_ALIASES = {"TYPE_FLOAT": "TYPE_FP32", "TYPE_FLOAT32": "TYPE_FP32", "TYPE_FLOAT16": "TYPE_FP16",
-                 "TYPE_HALF": "TYPE_FP16", "TYPE_DOUBLE": "TYPE_FP64", "TYPE_FLOAT64": "TYPE_FP64",
-                 "TYPE_INT": "TYPE_INT32", "TYPE_LONG": "TYPE_INT64", "TYPE_BYTES": "TYPE_STRING",
-                 "TYPE_STR": "TYPE_STRING", "TYPE_BFLOAT16": "TYPE_BF16"}
+DTYPE_ALIASES = {
+    "TYPE_FLOAT": "TYPE_FP32",
+    "TYPE_FLOAT32": "TYPE_FP32",
+    "TYPE_FLOAT16": "TYPE_FP16",
+    "TYPE_HALF": "TYPE_FP16",
+    "TYPE_DOUBLE": "TYPE_FP64",
+    "TYPE_FLOAT64": "TYPE_FP64",
+    "TYPE_INT": "TYPE_INT32",
+    "TYPE_LONG": "TYPE_INT64",
+    "TYPE_BYTES": "TYPE_STRING",
+    "TYPE_STR": "TYPE_STRING",
+    "TYPE_BFLOAT16": "TYPE_BF16",
+}
 # values the TensorRT-LLM backend accepts for two of its parameters
 GPT_MODEL_TYPES = ("inflight_fused_batching", "inflight_batching", "V1")  # V1 = static batching
 SCHEDULER_POLICIES = ("max_utilization", "guaranteed_no_evict")
-TYPE_NAMES = {1: "double", 2: "float", 3: "int64", 4: "uint64", 5: "int32", 8: "bool", 9: "string",
-              11: "message", 12: "bytes", 13: "uint32", 14: "enum", 17: "sint32", 18: "sint64"}
+TYPE_NAMES = {
+    1: "double",
+    2: "float",
+    3: "int64",
+    4: "uint64",
+    5: "int32",
+    8: "bool",
+    9: "string",
+    11: "message",
+    12: "bytes",
+    13: "uint32",
+    14: "enum",
+    17: "sint32",
+    18: "sint64",
+}
 
 
 class ConfigError(ValueError):
     """A config.pbtxt that Triton would reject; `field` names the culprit when it is known."""
 
-    def __init__(self, message: str, field: str | None = None, line: int | None = None,
-                 column: int | None = None):
+    def __init__(
+        self, message: str, field: str | None = None, line: int | None = None, column: int | None = None
+    ):
         self.field, self.line, self.column = field, line, column
         super().__init__(message)
 
@@ -78,25 +101,31 @@ def _explain(err: Exception, text: str, where: str) -> ConfigError:
         type_name, bad = m.groups()
         desc = _pb().DESCRIPTOR.pool.FindMessageTypeByName(type_name)
         close = difflib.get_close_matches(bad, [f.name for f in desc.fields], n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else f"; {desc.name} has: " + \
-            ", ".join(f.name for f in desc.fields)
+        hint = (
+            f"; did you mean '{close[0]}'?"
+            if close
+            else f"; {desc.name} has: " + ", ".join(f.name for f in desc.fields)
+        )
         return ConfigError(f"{where}: {pos}: unknown field '{bad}' in {desc.name}{hint}", bad, line, col)
     m = re.search(r'Enum type "([\w.]+)" has no value named (\w+)', msg)
     field = _field_at(text, line, col)
     if m:
         enum = _pb().DESCRIPTOR.pool.FindEnumTypeByName(m.group(1))
         names = [v.name for v in enum.values]
-        close = [DTYPE_ALIASES[m.group(2)]] if m.group(2) in DTYPE_ALIASES else \
-            difflib.get_close_matches(m.group(2), names, n=1)
+        close = (
+            [DTYPE_ALIASES[m.group(2)]]
+            if m.group(2) in DTYPE_ALIASES
+            else difflib.get_close_matches(m.group(2), names, n=1)
+        )
         hint = f"did you mean {close[0]}?" if close else "valid values: " + ", ".join(names)
-        return ConfigError(f"{where}: {pos}: field '{field}' has no value {m.group(2)}; {hint}",
-                           field, line, col)
+        return ConfigError(
+            f"{where}: {pos}: field '{field}' has no value {m.group(2)}; {hint}", field, line, col
+        )
     expected = ""
     if field and field in _all_fields():
         expected = f"; '{field}' expects " + " or ".join(sorted(_all_fields()[field]))
     detail = msg.split("': ")[-1] if "': " in msg else msg.split(" : ", 1)[-1]
-    return ConfigError(f"{where}: {pos}: bad value for field '{field}': {detail}{expected}",
-                       field, line, col)
+    return ConfigError(f"{where}: {pos}: bad value for field '{field}': {detail}{expected}", field, line, col)
 
 
 def _field_at(text: str, line: int | None, col: int | None) -> str | None:
@@ -150,12 +179,19 @@ def config_problems(cfg, folder_name: str | None = None) -> list[str]:
     if folder_name is not None and cfg.name and cfg.name != folder_name:
         problems.append(f"name '{cfg.name}' differs from its folder '{folder_name}'")
     if not cfg.backend and not cfg.platform:
-        problems.append("set backend (e.g. \"python\") or platform (e.g. \"ensemble\")")
-    if cfg.platform and cfg.platform not in ("ensemble", "tensorrt_plan", "onnxruntime_onnx",
-                                             "pytorch_libtorch", "tensorflow_savedmodel",
-                                             "tensorflow_graphdef"):
-        problems.append(f"platform '{cfg.platform}' is not a Triton platform; LLM backends are "
-                        "chosen with backend: \"tensorrtllm\", \"vllm\" or \"python\"")
+        problems.append('set backend (e.g. "python") or platform (e.g. "ensemble")')
+    if cfg.platform and cfg.platform not in (
+        "ensemble",
+        "tensorrt_plan",
+        "onnxruntime_onnx",
+        "pytorch_libtorch",
+        "tensorflow_savedmodel",
+        "tensorflow_graphdef",
+    ):
+        problems.append(
+            f"platform '{cfg.platform}' is not a Triton platform; LLM backends are "
+            'chosen with backend: "tensorrtllm", "vllm" or "python"'
+        )
     if cfg.HasField("dynamic_batching"):
         if cfg.max_batch_size <= 0:
             problems.append("dynamic_batching needs max_batch_size > 0 (0 means the model cannot batch)")
@@ -173,11 +209,15 @@ def config_problems(cfg, folder_name: str | None = None) -> list[str]:
         problems.extend(_ensemble_problems(cfg))
     params = {k: v.string_value for k, v in cfg.parameters.items()}
     if "gpt_model_type" in params and params["gpt_model_type"] not in GPT_MODEL_TYPES:
-        problems.append(f"parameter gpt_model_type '{params['gpt_model_type']}' is the batching mode, "
-                        f"one of {GPT_MODEL_TYPES}, not the model family")
+        problems.append(
+            f"parameter gpt_model_type '{params['gpt_model_type']}' is the batching mode, "
+            f"one of {GPT_MODEL_TYPES}, not the model family"
+        )
     if "batch_scheduler_policy" in params and params["batch_scheduler_policy"] not in SCHEDULER_POLICIES:
-        problems.append(f"parameter batch_scheduler_policy '{params['batch_scheduler_policy']}' "
-                        f"must be one of {SCHEDULER_POLICIES}")
+        problems.append(
+            f"parameter batch_scheduler_policy '{params['batch_scheduler_policy']}' "
+            f"must be one of {SCHEDULER_POLICIES}"
+        )
     return problems
 
 
@@ -191,8 +231,10 @@ def _ensemble_problems(cfg) -> list[str]:
     for i, step in enumerate(steps):
         for model_input, tensor in step.input_map.items():
             if tensor not in available:
-                problems.append(f"step {i} ({step.model_name}) reads '{tensor}' for its input "
-                                f"'{model_input}', but no ensemble input or earlier step produces it")
+                problems.append(
+                    f"step {i} ({step.model_name}) reads '{tensor}' for its input "
+                    f"'{model_input}', but no ensemble input or earlier step produces it"
+                )
         available.update(step.output_map.values())
     for out in cfg.output:
         if out.name not in available:

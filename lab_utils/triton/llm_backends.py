@@ -20,8 +20,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .config import (GPT_MODEL_TYPES, SCHEDULER_POLICIES, ConfigError, config_from_dict,
-                     config_problems, validate_config)
+from .config import (
+    GPT_MODEL_TYPES,
+    SCHEDULER_POLICIES,
+    ConfigError,
+    config_from_dict,
+    config_problems,
+    validate_config,
+)
 
 
 # -- vLLM backend ---------------------------------------------------------------------------
@@ -41,21 +47,36 @@ def vllm_engine_arg_names() -> set[str] | None:
     names: set[str] = set()
     for node in ast.parse(source.read_text()).body:
         if isinstance(node, ast.ClassDef) and node.name in ("EngineArgs", "AsyncEngineArgs"):
-            names.update(n.target.id for n in node.body
-                         if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name))
+            names.update(
+                n.target.id
+                for n in node.body
+                if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+            )
     return names or None
 
 
-def vllm_model_json(model: str, *, gpu_memory_utilization: float = 0.9,
-                    max_model_len: int | None = None, tensor_parallel_size: int = 1,
-                    enforce_eager: bool = False, **engine_args: Any) -> dict[str, Any]:
+def vllm_model_json(
+    model: str,
+    *,
+    gpu_memory_utilization: float = 0.9,
+    max_model_len: int | None = None,
+    tensor_parallel_size: int = 1,
+    enforce_eager: bool = False,
+    **engine_args: Any,
+) -> dict[str, Any]:
     """The vLLM backend's model.json, checked against the installed vLLM's engine argument names."""
     if not 0 < gpu_memory_utilization <= 1:
-        raise ValueError(f"gpu_memory_utilization is a fraction of GPU memory in (0, 1], got {gpu_memory_utilization}")
+        raise ValueError(
+            f"gpu_memory_utilization is a fraction of GPU memory in (0, 1], got {gpu_memory_utilization}"
+        )
     if tensor_parallel_size < 1:
         raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
-    args: dict[str, Any] = {"model": model, "gpu_memory_utilization": gpu_memory_utilization,
-                            "tensor_parallel_size": tensor_parallel_size, "enforce_eager": enforce_eager}
+    args: dict[str, Any] = {
+        "model": model,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "tensor_parallel_size": tensor_parallel_size,
+        "enforce_eager": enforce_eager,
+    }
     if max_model_len is not None:
         args["max_model_len"] = int(max_model_len)
     args.update(engine_args)
@@ -65,53 +86,76 @@ def vllm_model_json(model: str, *, gpu_memory_utilization: float = 0.9,
         if unknown:
             import difflib
 
-            hints = [f"{u} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(u, known, 1)) else u
-                     for u in unknown]
+            hints = [
+                f"{u} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(u, known, 1)) else u
+                for u in unknown
+            ]
             raise ValueError("not vLLM engine arguments in the installed vLLM: " + ", ".join(hints))
     return args
 
 
 def vllm_backend_config(name: str) -> str:
     """config.pbtxt for a vLLM-backend model: the backend fills inputs/outputs and decoupled itself."""
-    text = config_from_dict({
-        "name": name, "backend": "vllm",
-        # KIND_MODEL: the backend places the model on GPUs itself (tensor_parallel_size in model.json)
-        "instance_group": [{"count": 1, "kind": "KIND_MODEL"}],
-    })
+    text = config_from_dict(
+        {
+            "name": name,
+            "backend": "vllm",
+            # KIND_MODEL: the backend places the model on GPUs itself (tensor_parallel_size in model.json)
+            "instance_group": [{"count": 1, "kind": "KIND_MODEL"}],
+        }
+    )
     validate_config(text)
     return text
 
 
 # -- TensorRT-LLM backend -------------------------------------------------------------------
-def trtllm_config(*, engine_dir: str, max_batch_size: int = 64,
-                  max_tokens_in_paged_kv_cache: int | None = None,
-                  kv_cache_free_gpu_mem_fraction: float = 0.9,
-                  gpt_model_type: str = "inflight_fused_batching",
-                  batch_scheduler_policy: str = "max_utilization",
-                  decoupled: bool = True, enable_kv_cache_reuse: bool = False,
-                  max_queue_delay_microseconds: int = 0, name: str = "tensorrt_llm") -> str:
+def trtllm_config(
+    *,
+    engine_dir: str,
+    max_batch_size: int = 64,
+    max_tokens_in_paged_kv_cache: int | None = None,
+    kv_cache_free_gpu_mem_fraction: float = 0.9,
+    gpt_model_type: str = "inflight_fused_batching",
+    batch_scheduler_policy: str = "max_utilization",
+    decoupled: bool = True,
+    enable_kv_cache_reuse: bool = False,
+    max_queue_delay_microseconds: int = 0,
+    name: str = "tensorrt_llm",
+) -> str:
     """config.pbtxt for Triton's TensorRT-LLM backend (in-flight batching), validated.
 
     The KV cache gets `kv_cache_free_gpu_mem_fraction` of the GPU memory left after the engine
     loads, capped at `max_tokens_in_paged_kv_cache` tokens when that is set.
     """
     if not 0 < kv_cache_free_gpu_mem_fraction <= 1:
-        raise ValueError("kv_cache_free_gpu_mem_fraction is a fraction of the *free* GPU memory, "
-                         f"in (0, 1]; got {kv_cache_free_gpu_mem_fraction}")
+        raise ValueError(
+            "kv_cache_free_gpu_mem_fraction is a fraction of the *free* GPU memory, "
+            f"in (0, 1]; got {kv_cache_free_gpu_mem_fraction}"
+        )
     if max_tokens_in_paged_kv_cache is not None and max_tokens_in_paged_kv_cache < 1:
-        raise ValueError(f"max_tokens_in_paged_kv_cache must be a positive token count, got {max_tokens_in_paged_kv_cache}")
+        raise ValueError(
+            f"max_tokens_in_paged_kv_cache must be a positive token count, got {max_tokens_in_paged_kv_cache}"
+        )
     if gpt_model_type not in GPT_MODEL_TYPES:
-        raise ValueError(f"gpt_model_type (the template's batching_strategy) must be one of {GPT_MODEL_TYPES}, "
-                         f"got {gpt_model_type!r}")
+        raise ValueError(
+            f"gpt_model_type (the template's batching_strategy) must be one of {GPT_MODEL_TYPES}, "
+            f"got {gpt_model_type!r}"
+        )
     if batch_scheduler_policy not in SCHEDULER_POLICIES:
-        raise ValueError(f"batch_scheduler_policy must be one of {SCHEDULER_POLICIES}, got {batch_scheduler_policy!r}")
+        raise ValueError(
+            f"batch_scheduler_policy must be one of {SCHEDULER_POLICIES}, got {batch_scheduler_policy!r}"
+        )
     if max_batch_size < 1:
         raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
-    params = {"gpt_model_path": engine_dir, "gpt_model_type": gpt_model_type,
-              "batch_scheduler_policy": batch_scheduler_policy,
-              "kv_cache_free_gpu_mem_fraction": kv_cache_free_gpu_mem_fraction,
-              "enable_kv_cache_reuse": str(enable_kv_cache_reuse).lower(),
-              "max_beam_width": 1, "exclude_input_in_output": "true"}
+    params = {
+        "gpt_model_path": engine_dir,
+        "gpt_model_type": gpt_model_type,
+        "batch_scheduler_policy": batch_scheduler_policy,
+        "kv_cache_free_gpu_mem_fraction": kv_cache_free_gpu_mem_fraction,
+        "enable_kv_cache_reuse": str(enable_kv_cache_reuse).lower(),
+        "max_beam_width": 1,
+        "exclude_input_in_output": "true",
+    }
     if max_tokens_in_paged_kv_cache is not None:
         params["max_tokens_in_paged_kv_cache"] = int(max_tokens_in_paged_kv_cache)
 
@@ -121,19 +165,29 @@ def trtllm_config(*, engine_dir: str, max_batch_size: int = 64,
         return {**t, "optional": True} if optional else t
 
     cfg = {
-        "name": name, "backend": "tensorrtllm", "max_batch_size": max_batch_size,
+        "name": name,
+        "backend": "tensorrtllm",
+        "max_batch_size": max_batch_size,
         # streaming needs several responses per request: a decoupled model
         "model_transaction_policy": {"decoupled": decoupled},
         # requests reach the batch manager through Triton's queue; the batch manager then adds
         # and removes sequences at every decode step (in-flight batching)
-        "dynamic_batching": {"preferred_batch_size": [max_batch_size],
-                             "max_queue_delay_microseconds": max_queue_delay_microseconds},
-        "input": [{"name": "input_ids", "data_type": "TYPE_INT32", "dims": [-1], "allow_ragged_batch": True},
-                  scalar("input_lengths"), scalar("request_output_len"),
-                  scalar("end_id", optional=True), scalar("pad_id", optional=True),
-                  scalar("streaming", "TYPE_BOOL", optional=True)],
-        "output": [{"name": "output_ids", "data_type": "TYPE_INT32", "dims": [-1, -1]},
-                   {"name": "sequence_length", "data_type": "TYPE_INT32", "dims": [-1]}],
+        "dynamic_batching": {
+            "preferred_batch_size": [max_batch_size],
+            "max_queue_delay_microseconds": max_queue_delay_microseconds,
+        },
+        "input": [
+            {"name": "input_ids", "data_type": "TYPE_INT32", "dims": [-1], "allow_ragged_batch": True},
+            scalar("input_lengths"),
+            scalar("request_output_len"),
+            scalar("end_id", optional=True),
+            scalar("pad_id", optional=True),
+            scalar("streaming", "TYPE_BOOL", optional=True),
+        ],
+        "output": [
+            {"name": "output_ids", "data_type": "TYPE_INT32", "dims": [-1, -1]},
+            {"name": "sequence_length", "data_type": "TYPE_INT32", "dims": [-1]},
+        ],
         # KIND_CPU on purpose: the backend, not Triton, owns the GPUs (through MPI ranks)
         "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
         "parameters": {k: {"string_value": str(v)} for k, v in params.items()},
@@ -149,5 +203,10 @@ def write_vllm_model(repo: str | Path, name: str, model_json: dict[str, Any]) ->
     """Write `<repo>/<name>/config.pbtxt` and `1/model.json` for the vLLM backend."""
     from .repository import write_model
 
-    return write_model(repo, name, vllm_backend_config(name),
-                       {1: {"model.json": json.dumps(model_json, indent=2) + "\n"}}, replace=True)
+    return write_model(
+        repo,
+        name,
+        vllm_backend_config(name),
+        {1: {"model.json": json.dumps(model_json, indent=2) + "\n"}},
+        replace=True,
+    )

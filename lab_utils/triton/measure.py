@@ -48,9 +48,13 @@ class LoadResult:
     def summary(self) -> dict[str, float]:
         """mean/p50/p90 latency in ms, throughput in requests/s, and error count."""
         mean = float(np.mean(self.latencies_s) * 1e3) if self.latencies_s else float("nan")
-        return {"mean_ms": round(mean, 2), "p50_ms": round(self.percentile_ms(50), 2),
-                "p90_ms": round(self.percentile_ms(90), 2), "req_per_s": round(self.throughput, 2),
-                "errors": len(self.errors)}
+        return {
+            "mean_ms": round(mean, 2),
+            "p50_ms": round(self.percentile_ms(50), 2),
+            "p90_ms": round(self.percentile_ms(90), 2),
+            "req_per_s": round(self.throughput, 2),
+            "errors": len(self.errors),
+        }
 
 
 def run_load(send: Callable[[int], object], num_requests: int, concurrency: int) -> LoadResult:
@@ -98,13 +102,18 @@ class BatchCounts:
         n = self.batch_sizes.get(batch_size, 0)
         return self.compute_s.get(batch_size, 0.0) / n if n else float("nan")
 
-    def __sub__(self, earlier: "BatchCounts") -> "BatchCounts":
+    def __sub__(self, earlier: BatchCounts) -> BatchCounts:
         sizes = {b: n - earlier.batch_sizes.get(b, 0) for b, n in self.batch_sizes.items()}
         kept = {b: n for b, n in sorted(sizes.items()) if n > 0}
         # stamped: a difference of two real snapshots is a measurement of this run (provenance.py)
-        return stamp(BatchCounts(self.inference_count - earlier.inference_count,
-                                 self.execution_count - earlier.execution_count, kept,
-                                 {b: self.compute_s.get(b, 0.0) - earlier.compute_s.get(b, 0.0) for b in kept}))
+        return stamp(
+            BatchCounts(
+                self.inference_count - earlier.inference_count,
+                self.execution_count - earlier.execution_count,
+                kept,
+                {b: self.compute_s.get(b, 0.0) - earlier.compute_s.get(b, 0.0) for b in kept},
+            )
+        )
 
 
 def batch_counts(stats: dict, model: str, version: str | None = None) -> BatchCounts:
@@ -114,8 +123,11 @@ def batch_counts(stats: dict, model: str, version: str | None = None) -> BatchCo
             batches = sorted(entry.get("batch_stats", []), key=lambda b: int(b["batch_size"]))
             sizes = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in batches}
             compute = {int(b["batch_size"]): int(b["compute_infer"].get("ns", 0)) * 1e-9 for b in batches}
-            return stamp(BatchCounts(int(entry.get("inference_count", 0)),
-                                     int(entry.get("execution_count", 0)), sizes, compute))
+            return stamp(
+                BatchCounts(
+                    int(entry.get("inference_count", 0)), int(entry.get("execution_count", 0)), sizes, compute
+                )
+            )
     raise KeyError(f"no statistics for model {model!r} in this answer; is it loaded?")
 
 
@@ -140,14 +152,20 @@ class OpenLoopResult:
         Measured from the *due* time, not the send time, as the simulator measures from arrival: a
         client that falls behind shows up here instead of being hidden (coordinated omission).
         """
-        return [d - s for i, (s, d) in enumerate(zip(self.scheduled_s, self.done_s))
-                if i not in self.errors and not math.isnan(d)]
+        return [
+            d - s
+            for i, (s, d) in enumerate(zip(self.scheduled_s, self.done_s))
+            if i not in self.errors and not math.isnan(d)
+        ]
 
     @property
     def latencies_from_send_s(self) -> list[float]:
         """Answer time minus the actual send time: the latency without the client's own lateness."""
-        return [d - s for i, (s, d) in enumerate(zip(self.sent_s, self.done_s))
-                if i not in self.errors and not math.isnan(d)]
+        return [
+            d - s
+            for i, (s, d) in enumerate(zip(self.sent_s, self.done_s))
+            if i not in self.errors and not math.isnan(d)
+        ]
 
     @property
     def lag_s(self) -> list[float]:
@@ -162,18 +180,31 @@ class OpenLoopResult:
     def summary(self) -> dict[str, float]:
         """Latency p50/p99/mean (ms; p99 also from the send), client lateness (p99, max), answers/s, errors."""
         lat, lag, from_send = self.latencies_s, self.lag_s, self.latencies_from_send_s
-        span = max((d for d in self.done_s if not math.isnan(d)), default=0.0) - min(self.scheduled_s, default=0.0)
-        return {"p50_ms": round(self.percentile_ms(50), 2), "p99_ms": round(self.percentile_ms(99), 2),
-                "mean_ms": round(float(np.mean(lat)) * 1e3, 2) if lat else float("nan"),
-                "p99_from_send_ms": round(float(np.percentile(from_send, 99)) * 1e3, 2) if from_send else float("nan"),
-                "send_lag_p99_ms": round(float(np.percentile(lag, 99)) * 1e3, 2) if lag else 0.0,
-                "send_lag_max_ms": round(max(lag, default=0.0) * 1e3, 2),
-                "answers_per_s": round(len(lat) / span, 1) if span > 0 else 0.0, "errors": len(self.errors)}
+        span = max((d for d in self.done_s if not math.isnan(d)), default=0.0) - min(
+            self.scheduled_s, default=0.0
+        )
+        return {
+            "p50_ms": round(self.percentile_ms(50), 2),
+            "p99_ms": round(self.percentile_ms(99), 2),
+            "mean_ms": round(float(np.mean(lat)) * 1e3, 2) if lat else float("nan"),
+            "p99_from_send_ms": round(float(np.percentile(from_send, 99)) * 1e3, 2)
+            if from_send
+            else float("nan"),
+            "send_lag_p99_ms": round(float(np.percentile(lag, 99)) * 1e3, 2) if lag else 0.0,
+            "send_lag_max_ms": round(max(lag, default=0.0) * 1e3, 2),
+            "answers_per_s": round(len(lat) / span, 1) if span > 0 else 0.0,
+            "errors": len(self.errors),
+        }
 
 
-def run_open_loop(send_async: Callable[[int, Done], object], arrival_times: Sequence[float], *,
-                  timeout_s: float = 60.0, clock: Callable[[], float] = time.perf_counter,
-                  sleep: Callable[[float], None] = time.sleep) -> OpenLoopResult:
+def run_open_loop(
+    send_async: Callable[[int, Done], object],
+    arrival_times: Sequence[float],
+    *,
+    timeout_s: float = 60.0,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+) -> OpenLoopResult:
     """Send request i at arrival_times[i] (seconds from now) without waiting for answers (open loop).
 
     Args:
@@ -207,6 +238,7 @@ def run_open_loop(send_async: Callable[[int, Done], object], arrival_times: Sequ
                 left[0] -= 1
                 if left[0] == 0:
                     all_done.set()
+
         return done
 
     if n == 0:
@@ -240,8 +272,10 @@ def run_open_loop(send_async: Callable[[int, Done], object], arrival_times: Sequ
 
 def grpc_async_sender(client, model: str, inputs: list) -> Callable[[int, Done], object]:
     """A send_async for `run_open_loop`: the same inputs to `model` through tritonclient.grpc's async_infer."""
+
     def send(i: int, done: Done) -> object:
         return client.async_infer(model, inputs, callback=lambda result, error: done(error))
+
     return send
 
 
@@ -259,9 +293,16 @@ def settled_counts(server, model: str, inferences: int, timeout_s: float = 5.0) 
         time.sleep(0.01)
 
 
-def measure_batcher(server, model: str, config: dict, arrival_times: Sequence[float],
-                    send_async: Callable[[int, Done], object], *, warmup: int = 4,
-                    timeout_s: float = 60.0) -> tuple[OpenLoopResult, BatchCounts]:
+def measure_batcher(
+    server,
+    model: str,
+    config: dict,
+    arrival_times: Sequence[float],
+    send_async: Callable[[int, Done], object],
+    *,
+    warmup: int = 4,
+    timeout_s: float = 60.0,
+) -> tuple[OpenLoopResult, BatchCounts]:
     """(Re)load `model` with `config`, warm it up, run one open-loop load; the client's and Triton's view.
 
     `server` is a running `TritonServer` in explicit model-control mode. The warm-up opens the
@@ -300,8 +341,11 @@ def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
 
 def metric_value(text: str, name: str, **labels: str) -> float:
     """The sum of every sample of `name` whose labels include `labels` (0.0 when none)."""
-    return sum(v for n, lab, v in parse_metrics(text)
-               if n == name and all(lab.get(k) == str(want) for k, want in labels.items()))
+    return sum(
+        v
+        for n, lab, v in parse_metrics(text)
+        if n == name and all(lab.get(k) == str(want) for k, want in labels.items())
+    )
 
 
 class MetricsSampler:
@@ -321,13 +365,14 @@ class MetricsSampler:
             try:
                 with urllib.request.urlopen(self.url, timeout=5) as resp:
                     text = resp.read().decode()
-                self.samples.append((time.perf_counter() - t0,
-                                     {n: metric_value(text, n, **self.labels) for n in self.names}))
+                self.samples.append(
+                    (time.perf_counter() - t0, {n: metric_value(text, n, **self.labels) for n in self.names})
+                )
             except OSError:
                 pass
             self._stop.wait(self.interval_s)
 
-    def __enter__(self) -> "MetricsSampler":
+    def __enter__(self) -> MetricsSampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self

@@ -18,12 +18,11 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
-from typing import Union
 
 from .config import ConfigError, config_from_dict, config_problems, validate_config
 
 TEMPLATES = Path(__file__).resolve().parent / "model_templates"
-FileContent = Union[str, bytes, Path]
+FileContent = str | bytes | Path
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -36,9 +35,15 @@ def template_source(name: str) -> str:
     return path.read_text()
 
 
-def write_model(repo: str | Path, name: str, config: str | dict | None = None,
-                versions: dict[int, dict[str, FileContent]] | None = None, *,
-                check: bool = True, replace: bool = False) -> Path:
+def write_model(
+    repo: str | Path,
+    name: str,
+    config: str | dict | None = None,
+    versions: dict[int, dict[str, FileContent]] | None = None,
+    *,
+    check: bool = True,
+    replace: bool = False,
+) -> Path:
     """Write one model folder: config.pbtxt (validated; None = no config) and version folders.
 
     Args:
@@ -110,5 +115,8 @@ def tree(repo: str | Path, max_files: int = 6) -> str:
 
 def version_folders(model_folder: str | Path) -> list[int]:
     """The version numbers present on disk for one model folder, ascending."""
-    return sorted(int(p.name) for p in Path(model_folder).iterdir() if p.is_dir() and p.name.isdigit()
-                  and int(p.name) > 0)
+    return sorted(
+        int(p.name)
+        for p in Path(model_folder).iterdir()
+        if p.is_dir() and p.name.isdigit() and int(p.name) > 0
+    )

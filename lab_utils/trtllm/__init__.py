@@ -15,7 +15,17 @@ The `trtllm-serve` launcher is `lab_utils.servers.trtllm.TRTLLMServer`.
 
 from .legacy import LEGACY_DROPPED, legacy_to_llm_api
 from .options import OptionsError, known_options, validate_options
-from .plan import MemoryPlan, WEIGHT_FORMATS, concurrent_sequences, plan_memory, weight_bytes_in
+from .plan import WEIGHT_FORMATS, MemoryPlan, concurrent_sequences, plan_memory, weight_bytes_in
 
-__all__ = ["LEGACY_DROPPED", "MemoryPlan", "OptionsError", "WEIGHT_FORMATS", "concurrent_sequences",
-           "known_options", "legacy_to_llm_api", "plan_memory", "validate_options", "weight_bytes_in"]
+__all__ = [
+    "LEGACY_DROPPED",
+    "MemoryPlan",
+    "OptionsError",
+    "WEIGHT_FORMATS",
+    "concurrent_sequences",
+    "known_options",
+    "legacy_to_llm_api",
+    "plan_memory",
+    "validate_options",
+    "weight_bytes_in",
+]

@@ -39,14 +39,14 @@ RENAMED: dict[str, str] = {
 # flags with no LLM API option, and why
 LEGACY_DROPPED: dict[str, str] = {
     "use_gpt_attention_plugin": "no build step: the PyTorch backend chooses attention kernels at run time "
-                                "(attn_backend selects the implementation)",
+    "(attn_backend selects the implementation)",
     "use_gemm_plugin": "no build step: GEMM kernels are chosen at run time",
     "use_rmsnorm_plugin": "no build step: normalisation kernels are chosen at run time",
     "gpt_attention_plugin": "no build step (newer spelling of use_gpt_attention_plugin)",
     "gemm_plugin": "no build step (newer spelling of use_gemm_plugin)",
     "enable_context_fmha": "fused context attention is the default kernel, not a build switch",
     "use_paged_context_fmha": "prefill attention reads the paged KV cache without a build switch; "
-                              "chunking is enable_chunked_prefill",
+    "chunking is enable_chunked_prefill",
     "remove_input_padding": "requests are packed without padding; nothing to choose",
     "paged_kv_cache": "the KV cache is always paged (kv_cache_config.tokens_per_block sets the block)",
     "multiple_profiles": "TensorRT optimisation profiles belonged to the engine",
@@ -63,8 +63,16 @@ LEGACY_DROPPED: dict[str, str] = {
     "checkpoint_dir": "the model is the Hugging Face folder (or Hub id) itself",
 }
 
-_INT_KEYS = {"max_batch_size", "max_num_tokens", "max_seq_len", "max_beam_width", "tensor_parallel_size",
-             "pipeline_parallel_size", "kv_cache_config.tokens_per_block", "kv_cache_config.max_tokens"}
+_INT_KEYS = {
+    "max_batch_size",
+    "max_num_tokens",
+    "max_seq_len",
+    "max_beam_width",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "kv_cache_config.tokens_per_block",
+    "kv_cache_config.max_tokens",
+}
 _BOOL_KEYS = {"kv_cache_config.enable_block_reuse", "enable_chunked_prefill"}
 
 

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_SOURCE = ("TensorRT-LLM API reference: TorchLlmArgs, KvCacheConfig, DecodeCudaGraphConfig "
-                 "(docs 1.3.0rc27 / 1.4.0rc4, read 2026-12-01)")
+SCHEMA_SOURCE = (
+    "TensorRT-LLM API reference: TorchLlmArgs, KvCacheConfig, DecodeCudaGraphConfig "
+    "(docs 1.3.0rc27 / 1.4.0rc4, read 2026-12-01)"
+)
 
 
 class OptionsError(ValueError):
@@ -41,7 +43,7 @@ class Option:
     low: float | None = None  # inclusive bounds for numbers
     high: float | None = None
     item_type: type | None = None  # for lists
-    nested: dict[str, "Option"] | None = field(default=None, hash=False)  # for sub-configs
+    nested: dict[str, Option] | None = field(default=None, hash=False)  # for sub-configs
 
 
 def _int(doc: str, low: float | None = None, **kw) -> Option:
@@ -49,19 +51,29 @@ def _int(doc: str, low: float | None = None, **kw) -> Option:
 
 
 _KV_CACHE = {
-    "free_gpu_memory_fraction": Option((float, int), "share of the GPU memory still free after the model "
-                                       "loads that the KV cache takes (default 0.9)", nullable=True,
-                                       low=0.0, high=1.0),
+    "free_gpu_memory_fraction": Option(
+        (float, int),
+        "share of the GPU memory still free after the model loads that the KV cache takes (default 0.9)",
+        nullable=True,
+        low=0.0,
+        high=1.0,
+    ),
     "max_tokens": _int("cap on KV-cache tokens; the smaller of this and the fraction wins", 1, nullable=True),
-    "enable_block_reuse": Option((bool,), "reuse KV blocks of shared prefixes across requests (default true)"),
+    "enable_block_reuse": Option(
+        (bool,), "reuse KV blocks of shared prefixes across requests (default true)"
+    ),
     "enable_partial_reuse": Option((bool,), "reuse a partly matching block"),
     "copy_on_partial_reuse": Option((bool,), "copy a partly matching block instead of sharing it"),
     "tokens_per_block": _int("tokens per KV block (a power of two; default 32)", 2),
-    "dtype": Option((str,), "KV-cache dtype: 'auto' follows the checkpoint, 'fp8' halves it",
-                    choices=("auto", "fp8", "nvfp4", "float16", "bfloat16")),
+    "dtype": Option(
+        (str,),
+        "KV-cache dtype: 'auto' follows the checkpoint, 'fp8' halves it",
+        choices=("auto", "fp8", "nvfp4", "float16", "bfloat16"),
+    ),
     "host_cache_size": _int("bytes of host memory for offloaded KV blocks", 0, nullable=True),
-    "max_attention_window": Option((list,), "per-layer attention windows (sliding window)", nullable=True,
-                                   item_type=int),
+    "max_attention_window": Option(
+        (list,), "per-layer attention windows (sliding window)", nullable=True, item_type=int
+    ),
     "sink_token_length": _int("attention-sink tokens kept with a sliding window", 0, nullable=True),
     "event_buffer_max_size": _int("KV-cache events kept for routers (0: off)", 0),
     "use_uvm": Option((bool,), "allocate the KV cache in unified memory"),
@@ -75,19 +87,33 @@ _CUDA_GRAPH = {
 }
 
 _SCHEDULER = {
-    "capacity_scheduler_policy": Option((str,), "how requests are admitted",
-                                        choices=("MAX_UTILIZATION", "GUARANTEED_NO_EVICT", "STATIC_BATCH")),
-    "context_chunking_policy": Option((str,), "how long prompts are split",
-                                      choices=("FIRST_COME_FIRST_SERVED", "EQUAL_PROGRESS"), nullable=True),
+    "capacity_scheduler_policy": Option(
+        (str,),
+        "how requests are admitted",
+        choices=("MAX_UTILIZATION", "GUARANTEED_NO_EVICT", "STATIC_BATCH"),
+    ),
+    "context_chunking_policy": Option(
+        (str,),
+        "how long prompts are split",
+        choices=("FIRST_COME_FIRST_SERVED", "EQUAL_PROGRESS"),
+        nullable=True,
+    ),
 }
 
 LLM_API_OPTIONS: dict[str, Option] = {
-    "backend": Option((str,), "pytorch (default) or _autodeploy; tensorrt is the removed engine flow",
-                      choices=("pytorch", "_autodeploy"), nullable=True),
+    "backend": Option(
+        (str,),
+        "pytorch (default) or _autodeploy; tensorrt is the removed engine flow",
+        choices=("pytorch", "_autodeploy"),
+        nullable=True,
+    ),
     "tokenizer": Option((str,), "tokenizer folder or Hub id when it differs from the model", nullable=True),
     "trust_remote_code": Option((bool,), "run the model repository's own Python code"),
-    "dtype": Option((str,), "activation/weight dtype for unquantized parts",
-                    choices=("auto", "float16", "bfloat16", "float32")),
+    "dtype": Option(
+        (str,),
+        "activation/weight dtype for unquantized parts",
+        choices=("auto", "float16", "bfloat16", "float32"),
+    ),
     "tensor_parallel_size": _int("GPUs each layer is split across", 1),
     "pipeline_parallel_size": _int("GPUs the layers are spread over", 1),
     "moe_expert_parallel_size": _int("GPUs the experts of an MoE model are spread over", 1, nullable=True),
@@ -98,19 +124,24 @@ LLM_API_OPTIONS: dict[str, Option] = {
     "max_beam_width": _int("beams per request (1: no beam search)", 1),
     "enable_chunked_prefill": Option((bool,), "split long prompts into chunks that share steps with decodes"),
     "kv_cache_config": Option((dict,), "KV-cache settings (KvCacheConfig)", nested=_KV_CACHE),
-    "cuda_graph_config": Option((dict,), "decode CUDA graphs; null turns them off", nullable=True,
-                                nested=_CUDA_GRAPH),
+    "cuda_graph_config": Option(
+        (dict,), "decode CUDA graphs; null turns them off", nullable=True, nested=_CUDA_GRAPH
+    ),
     "scheduler_config": Option((dict,), "admission and chunking policies", nested=_SCHEDULER),
     "attn_backend": Option((str,), "attention kernels", choices=("TRTLLM", "FLASHINFER", "VANILLA")),
     "disable_overlap_scheduler": Option((bool,), "run scheduling and the GPU step one after the other"),
-    "guided_decoding_backend": Option((str,), "structured output engine", choices=("xgrammar", "llguidance"),
-                                      nullable=True),
+    "guided_decoding_backend": Option(
+        (str,), "structured output engine", choices=("xgrammar", "llguidance"), nullable=True
+    ),
     "enable_iter_perf_stats": Option((bool,), "collect per-iteration statistics (the /metrics page)"),
     "print_iter_log": Option((bool,), "log every iteration"),
     "return_perf_metrics": Option((bool,), "per-request timing metrics"),
     "num_postprocess_workers": _int("processes that detokenize for the server", 0),
-    "speculative_config": Option((dict,), "speculative decoding (draft model, Eagle, MTP, n-gram); "
-                                 "not checked key by key here", nullable=True),
+    "speculative_config": Option(
+        (dict,),
+        "speculative decoding (draft model, Eagle, MTP, n-gram); not checked key by key here",
+        nullable=True,
+    ),
 }
 
 
@@ -120,8 +151,14 @@ def known_options() -> dict[str, list[str] | str]:
 
 
 def _type_name(types: tuple[type, ...]) -> str:
-    names = {int: "a whole number", float: "a number", str: "a string", bool: "true or false",
-             list: "a list", dict: "a mapping"}
+    names = {
+        int: "a whole number",
+        float: "a number",
+        str: "a string",
+        bool: "true or false",
+        list: "a list",
+        dict: "a mapping",
+    }
     if float in types:  # an int is a valid float in YAML (1 means 1.0)
         types = tuple(t for t in types if t is not int)
     return " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in types))
@@ -154,8 +191,9 @@ def _check_value(key: str, value: Any, opt: Option) -> None:
         _check_mapping(value, opt.nested, prefix=key + ".")
 
 
-def _check_mapping(options: dict, schema: dict[str, Option], prefix: str = "",
-                   extra_keys: frozenset[str] = frozenset()) -> None:
+def _check_mapping(
+    options: dict, schema: dict[str, Option], prefix: str = "", extra_keys: frozenset[str] = frozenset()
+) -> None:
     for key, value in options.items():
         if not isinstance(key, str):
             raise OptionsError(f"{prefix}{key!r}", "option names are strings")
@@ -165,16 +203,23 @@ def _check_mapping(options: dict, schema: dict[str, Option], prefix: str = "",
                 continue
             close = difflib.get_close_matches(key, list(schema), n=1, cutoff=0.6)
             hint = f"; did you mean {prefix}{close[0]}?" if close else ""
-            raise OptionsError(dotted, f"unknown option{hint} (the course's schema: {SCHEMA_SOURCE}; "
-                               "pass extra_keys= for an option your installed version adds)")
+            raise OptionsError(
+                dotted,
+                f"unknown option{hint} (the course's schema: {SCHEMA_SOURCE}; "
+                "pass extra_keys= for an option your installed version adds)",
+            )
         _check_value(dotted, value, schema[key])
 
 
 def _load(options: str | Path | dict) -> dict:
     if isinstance(options, dict):
         return options
-    if isinstance(options, Path) or (isinstance(options, str) and "\n" not in options
-                                     and options.endswith((".yaml", ".yml")) and Path(options).is_file()):
+    if isinstance(options, Path) or (
+        isinstance(options, str)
+        and "\n" not in options
+        and options.endswith((".yaml", ".yml"))
+        and Path(options).is_file()
+    ):
         options = Path(options).read_text()
     import yaml
 
@@ -187,7 +232,9 @@ def _load(options: str | Path | dict) -> dict:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise OptionsError("<file>", f"the top level must be a mapping of option: value, got {type(data).__name__}")
+        raise OptionsError(
+            "<file>", f"the top level must be a mapping of option: value, got {type(data).__name__}"
+        )
     return data
 
 

@@ -21,8 +21,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..memory import (GPU, ModelSpec, activation_bytes, get_gpu, kv_cache_bytes_per_token,
-                      runtime_overhead_bytes, weight_bytes)
+from ..memory import (
+    GPU,
+    ModelSpec,
+    activation_bytes,
+    get_gpu,
+    kv_cache_bytes_per_token,
+    runtime_overhead_bytes,
+    weight_bytes,
+)
 
 GiB = 1 << 30
 WEIGHT_FORMATS = ("fp16", "bf16", "fp8", "nvfp4", "int4_awq")
@@ -60,8 +67,15 @@ def weight_bytes_in(spec: ModelSpec, fmt: str, group_size: int = 128) -> int:
     raise ValueError(f"unknown weight format {fmt!r}; use one of {WEIGHT_FORMATS}")
 
 
-def concurrent_sequences(gpu_bytes: int, weight_bytes_per_gpu: int, other_bytes: int, fraction: float,
-                         kv_bytes_per_token: int, seq_len: int, tokens_per_block: int = 32) -> int:
+def concurrent_sequences(
+    gpu_bytes: int,
+    weight_bytes_per_gpu: int,
+    other_bytes: int,
+    fraction: float,
+    kv_bytes_per_token: int,
+    seq_len: int,
+    tokens_per_block: int = 32,
+) -> int:
     """Sequences of `seq_len` tokens whose KV cache fits at once (0 when nothing fits).
 
     The KV cache is `fraction` of what is free after weights and other (overhead + activations);
@@ -103,32 +117,70 @@ class MemoryPlan:
     @property
     def kv_tokens(self) -> int:
         """Token slots in whole blocks."""
-        return self.kv_cache_bytes // (self.tokens_per_block * self.kv_bytes_per_token) * self.tokens_per_block
+        return (
+            self.kv_cache_bytes // (self.tokens_per_block * self.kv_bytes_per_token) * self.tokens_per_block
+        )
 
     def as_row(self) -> dict:
         """A table row in GiB."""
         g = lambda b: round(b / GiB, 2)  # noqa: E731
-        return {"gpu": self.gpu, "weights": self.weights, "kv": self.kv_dtype, "weights_gib": g(self.weight_bytes),
-                "other_gib": g(self.other_bytes), "kv_cache_gib": g(self.kv_cache_bytes),
-                "left_gib": g(self.left_bytes), "kv_tokens": self.kv_tokens, "sequences": self.sequences}
+        return {
+            "gpu": self.gpu,
+            "weights": self.weights,
+            "kv": self.kv_dtype,
+            "weights_gib": g(self.weight_bytes),
+            "other_gib": g(self.other_bytes),
+            "kv_cache_gib": g(self.kv_cache_bytes),
+            "left_gib": g(self.left_bytes),
+            "kv_tokens": self.kv_tokens,
+            "sequences": self.sequences,
+        }
 
 
-def plan_memory(spec: ModelSpec, gpu: str | GPU, weights: str = "fp16", kv_dtype: str = "fp16",
-                seq_len: int = 4096, free_gpu_memory_fraction: float = 0.9, tokens_per_block: int = 32,
-                tensor_parallel_size: int = 1, max_num_tokens: int = 8192, max_batch_size: int = 256,
-                cuda_graphs: bool = True) -> MemoryPlan:
+def plan_memory(
+    spec: ModelSpec,
+    gpu: str | GPU,
+    weights: str = "fp16",
+    kv_dtype: str = "fp16",
+    seq_len: int = 4096,
+    free_gpu_memory_fraction: float = 0.9,
+    tokens_per_block: int = 32,
+    tensor_parallel_size: int = 1,
+    max_num_tokens: int = 8192,
+    max_batch_size: int = 256,
+    cuda_graphs: bool = True,
+) -> MemoryPlan:
     """Plan one GPU (of `tensor_parallel_size`) serving `spec` with TensorRT-LLM's KV-cache rule."""
     g = get_gpu(gpu)
     if kv_dtype not in KV_FORMATS:
         raise ValueError(f"unknown KV dtype {kv_dtype!r}; use one of {KV_FORMATS}")
     w = weight_bytes_in(spec, weights) // int(tensor_parallel_size)
     other = runtime_overhead_bytes(tensor_parallel_size, cuda_graphs) + activation_bytes(
-        spec, max_num_batched_tokens=max_num_tokens, max_num_seqs=max_batch_size,
-        tensor_parallel_size=tensor_parallel_size)
-    per_token = kv_cache_bytes_per_token(spec, "fp8" if kv_dtype == "fp8" else "float16", tensor_parallel_size)
+        spec,
+        max_num_batched_tokens=max_num_tokens,
+        max_num_seqs=max_batch_size,
+        tensor_parallel_size=tensor_parallel_size,
+    )
+    per_token = kv_cache_bytes_per_token(
+        spec, "fp8" if kv_dtype == "fp8" else "float16", tensor_parallel_size
+    )
     free = max(g.memory_bytes - w - other, 0)
     kv = int(free_gpu_memory_fraction * free)
-    seqs = concurrent_sequences(g.memory_bytes, w, other, free_gpu_memory_fraction, per_token, seq_len,
-                                tokens_per_block)
-    return MemoryPlan(g.name, weights, kv_dtype, g.memory_bytes, w, other, free, float(free_gpu_memory_fraction),
-                      kv, per_token, int(tokens_per_block), int(seq_len), seqs)
+    seqs = concurrent_sequences(
+        g.memory_bytes, w, other, free_gpu_memory_fraction, per_token, seq_len, tokens_per_block
+    )
+    return MemoryPlan(
+        g.name,
+        weights,
+        kv_dtype,
+        g.memory_bytes,
+        w,
+        other,
+        free,
+        float(free_gpu_memory_fraction),
+        kv,
+        per_token,
+        int(tokens_per_block),
+        int(seq_len),
+        seqs,
+    )

@@ -237,8 +237,12 @@ class Scheme:
 
 def default_schemes(group_sizes: tuple[int, ...] = (128,)) -> list[Scheme]:
     """Float, INT8 per-tensor/per-channel, INT4 per-channel, INT4 per group size, INT4 + AWQ."""
-    out = [Scheme("float32", None), Scheme("int8 per-tensor", 8, "tensor"), Scheme("int8 per-channel", 8, "channel"),
-           Scheme("int4 per-channel", 4, "channel")]
+    out = [
+        Scheme("float32", None),
+        Scheme("int8 per-tensor", 8, "tensor"),
+        Scheme("int8 per-channel", 8, "channel"),
+        Scheme("int4 per-channel", 4, "channel"),
+    ]
     out += [Scheme(f"int4 g{g}", 4, "group", g) for g in group_sizes]
     out.append(Scheme(f"int4 g{max(group_sizes)} + AWQ", 4, "group", max(group_sizes), awq=True))
     return out
@@ -262,8 +266,7 @@ def layer_linears(model) -> dict:
     """The transformer layers' nn.Linear modules by name (embeddings and lm_head excluded)."""
     import torch
 
-    return {n: m for n, m in model.named_modules()
-            if isinstance(m, torch.nn.Linear) and ".layers." in n}
+    return {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and ".layers." in n}
 
 
 def calibration_inputs(model, tok, texts=CALIBRATION_TEXTS, max_tokens: int = 128) -> dict:
@@ -271,8 +274,14 @@ def calibration_inputs(model, tok, texts=CALIBRATION_TEXTS, max_tokens: int = 12
     import torch
 
     seen: dict[str, list] = {}
-    hooks = [m.register_forward_hook(lambda mod, inp, out, n=n: seen.setdefault(n, []).append(
-        inp[0].detach().reshape(-1, inp[0].shape[-1]))) for n, m in layer_linears(model).items()]
+    hooks = [
+        m.register_forward_hook(
+            lambda mod, inp, out, n=n: seen.setdefault(n, []).append(
+                inp[0].detach().reshape(-1, inp[0].shape[-1])
+            )
+        )
+        for n, m in layer_linears(model).items()
+    ]
     try:
         with torch.no_grad():
             for t in texts:
@@ -281,7 +290,7 @@ def calibration_inputs(model, tok, texts=CALIBRATION_TEXTS, max_tokens: int = 12
     finally:
         for h in hooks:
             h.remove()
-    return {n: torch.cat(v)[:max_tokens * len(texts)] for n, v in seen.items()}
+    return {n: torch.cat(v)[: max_tokens * len(texts)] for n, v in seen.items()}
 
 
 @dataclass
@@ -297,8 +306,13 @@ class QuantRun:
     provenance: str | None = field(default=None, repr=False)
 
     def raw_samples(self) -> dict:
-        return {"schemes": self.schemes, "weight_bytes": self.weight_bytes,
-                "agreement_bits": self.agreement_bits, "nll": self.nll, "rms_error": self.rms_error}
+        return {
+            "schemes": self.schemes,
+            "weight_bytes": self.weight_bytes,
+            "agreement_bits": self.agreement_bits,
+            "nll": self.nll,
+            "rms_error": self.rms_error,
+        }
 
     def agreement(self, i: int) -> float:
         bits = self.agreement_bits[i]
@@ -309,10 +323,16 @@ class QuantRun:
 
     def rows(self) -> list[dict]:
         """One row per scheme: MB of weights, agreement, perplexity, RMS error."""
-        return [{"scheme": s, "weight_MB": round(self.weight_bytes[i] / 1e6, 1),
-                 "agreement": round(self.agreement(i), 4), "perplexity": round(self.perplexity(i), 3),
-                 "rms_error": None if self.rms_error[i] is None else float(f"{self.rms_error[i]:.3g}")}
-                for i, s in enumerate(self.schemes)]
+        return [
+            {
+                "scheme": s,
+                "weight_MB": round(self.weight_bytes[i] / 1e6, 1),
+                "agreement": round(self.agreement(i), 4),
+                "perplexity": round(self.perplexity(i), 3),
+                "rms_error": None if self.rms_error[i] is None else float(f"{self.rms_error[i]:.3g}"),
+            }
+            for i, s in enumerate(self.schemes)
+        ]
 
 
 def _greedy_path(model, tok, prompts, new_tokens: int):
@@ -322,7 +342,9 @@ def _greedy_path(model, tok, prompts, new_tokens: int):
     with torch.no_grad():
         for p in prompts:
             ids = tok(p, return_tensors="pt").input_ids
-            out = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, pad_token_id=tok.eos_token_id)
+            out = model.generate(
+                ids, max_new_tokens=new_tokens, do_sample=False, pad_token_id=tok.eos_token_id
+            )
             paths.append((out, ids.shape[1]))
     return paths
 
@@ -336,13 +358,21 @@ def _score(model, eval_ids, paths):
         nll = torch.nn.functional.cross_entropy(logits, eval_ids[0, 1:], reduction="none").tolist()
         choices = []
         for ids, start in paths:
-            lg = model(ids).logits[0, start - 1:-1]  # predictions for the generated positions
+            lg = model(ids).logits[0, start - 1 : -1]  # predictions for the generated positions
             choices.append(lg.argmax(-1))
     return nll, torch.cat(choices)
 
 
-def measure_schemes(schemes: list[Scheme], model=None, tok=None, eval_tokens: int = 300, greedy_tokens: int = 48,
-                    calib_tokens: int = 64, awq_grid: int = 11, progress: bool = True) -> QuantRun:
+def measure_schemes(
+    schemes: list[Scheme],
+    model=None,
+    tok=None,
+    eval_tokens: int = 300,
+    greedy_tokens: int = 48,
+    calib_tokens: int = 64,
+    awq_grid: int = 11,
+    progress: bool = True,
+) -> QuantRun:
     """Quantize every layer matrix with each scheme in turn and measure it; the model is restored after.
 
     Weight bytes count the layer matrices as stored by the scheme and everything else in FP16.

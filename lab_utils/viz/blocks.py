@@ -7,7 +7,8 @@ lazily); `plot_trace` draws the frames as static figures for papermill and CI.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from lab_utils.kv.kv_cache_manager import KVCacheManager
 from lab_utils.kv.trace import Frame, TraceRecorder, snapshot
@@ -16,9 +17,19 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["Frame", "TraceRecorder", "snapshot", "request_colours", "plot_block_tables",
-           "plot_memory_grid", "plot_frame", "plot_trace", "trace_stepper", "show_trace",
-           "plot_utilisation"]
+__all__ = [
+    "Frame",
+    "TraceRecorder",
+    "snapshot",
+    "request_colours",
+    "plot_block_tables",
+    "plot_memory_grid",
+    "plot_frame",
+    "plot_trace",
+    "trace_stepper",
+    "show_trace",
+    "plot_utilisation",
+]
 
 # CSS class on the stepper's outer box in the page, so a browser test can find it
 STEPPER_CLASS = "lab-block-stepper"
@@ -55,7 +66,7 @@ def _block_fill(frame: Frame) -> dict[int, int]:
     return fill
 
 
-def _new_axes(ax: "Axes | None", size: tuple[float, float]):
+def _new_axes(ax: Axes | None, size: tuple[float, float]):
     import matplotlib.pyplot as plt
 
     if ax is not None:
@@ -64,8 +75,9 @@ def _new_axes(ax: "Axes | None", size: tuple[float, float]):
     return fig, ax
 
 
-def plot_block_tables(frame: Frame, ax: "Axes | None" = None,
-                      colours: dict[str, tuple] | None = None) -> "Figure":
+def plot_block_tables(
+    frame: Frame, ax: Axes | None = None, colours: dict[str, tuple] | None = None
+) -> Figure:
     """One row per request: logical block i → the physical block id that holds it.
 
     A shared block (ref_cnt > 1) gets a thick edge and its ref count, e.g. "3 ×2".
@@ -83,14 +95,31 @@ def plot_block_tables(frame: Frame, ax: "Axes | None" = None,
         for i, block_id in enumerate(frame.block_tables[rid]):
             ref = frame.ref_cnt[block_id]
             shared = ref > 1
-            ax.add_patch(Rectangle((i, y + 0.1), 0.9, 0.8, facecolor=colours.get(rid, "grey"), alpha=0.85,
-                                   edgecolor=_SHARED_EDGE if shared else "white",
-                                   linewidth=2.5 if shared else 1.0, hatch="//" if shared else None))
+            ax.add_patch(
+                Rectangle(
+                    (i, y + 0.1),
+                    0.9,
+                    0.8,
+                    facecolor=colours.get(rid, "grey"),
+                    alpha=0.85,
+                    edgecolor=_SHARED_EDGE if shared else "white",
+                    linewidth=2.5 if shared else 1.0,
+                    hatch="//" if shared else None,
+                )
+            )
             held = max(0, min(frame.block_size, n - i * frame.block_size))
             ax.add_patch(Rectangle((i, y + 0.1), 0.9 * held / frame.block_size, 0.1, facecolor="black"))
             label = f"{block_id}" + (f" ×{ref}" if shared else "")
-            ax.text(i + 0.45, y + 0.55, label, ha="center", va="center", fontsize=9, color="black",
-                    fontweight="bold" if shared else "normal")
+            ax.text(
+                i + 0.45,
+                y + 0.55,
+                label,
+                ha="center",
+                va="center",
+                fontsize=9,
+                color="black",
+                fontweight="bold" if shared else "normal",
+            )
     if not rids:
         ax.text(width / 2, 0.5, "no request holds blocks", ha="center", va="center", color="#666666")
     ax.set_yticks([len(rids) - 1 - r + 0.5 for r in range(len(rids))], rids)
@@ -105,8 +134,9 @@ def plot_block_tables(frame: Frame, ax: "Axes | None" = None,
     return fig
 
 
-def plot_memory_grid(frame: Frame, ax: "Axes | None" = None, ncols: int | None = None,
-                     colours: dict[str, tuple] | None = None) -> "Figure":
+def plot_memory_grid(
+    frame: Frame, ax: Axes | None = None, ncols: int | None = None, colours: dict[str, tuple] | None = None
+) -> Figure:
     """The physical blocks as a grid: owner's colour, ref count, fill; grey = free but cached."""
     from matplotlib.patches import Rectangle
 
@@ -130,15 +160,37 @@ def plot_memory_grid(frame: Frame, ax: "Axes | None" = None, ncols: int | None =
         else:
             face = _CACHED if frame.block_hash[block_id] else _FREE
         shared = ref > 1
-        ax.add_patch(Rectangle((x + 0.05, y + 0.05), 0.9, 0.9, facecolor=face, alpha=0.85 if ref else 1.0,
-                               edgecolor=_SHARED_EDGE if shared else "#999999",
-                               linewidth=2.5 if shared else 0.8, hatch="//" if shared else None))
+        ax.add_patch(
+            Rectangle(
+                (x + 0.05, y + 0.05),
+                0.9,
+                0.9,
+                facecolor=face,
+                alpha=0.85 if ref else 1.0,
+                edgecolor=_SHARED_EDGE if shared else "#999999",
+                linewidth=2.5 if shared else 0.8,
+                hatch="//" if shared else None,
+            )
+        )
         if ref > 0:
-            ax.add_patch(Rectangle((x + 0.05, y + 0.05), 0.9 * fill.get(block_id, 0) / frame.block_size, 0.1,
-                                   facecolor="black"))
-        ax.text(x + 0.5, y + 0.62, str(block_id), ha="center", va="center", fontsize=9,
-                fontweight="bold" if shared else "normal")
-        sub = (f"ref {ref}" if ref else (f"free #{free_pos[block_id]}" if block_id in free_pos else ""))
+            ax.add_patch(
+                Rectangle(
+                    (x + 0.05, y + 0.05),
+                    0.9 * fill.get(block_id, 0) / frame.block_size,
+                    0.1,
+                    facecolor="black",
+                )
+            )
+        ax.text(
+            x + 0.5,
+            y + 0.62,
+            str(block_id),
+            ha="center",
+            va="center",
+            fontsize=9,
+            fontweight="bold" if shared else "normal",
+        )
+        sub = f"ref {ref}" if ref else (f"free #{free_pos[block_id]}" if block_id in free_pos else "")
         if frame.block_hash[block_id] and not ref:
             sub = f"cached #{free_pos.get(block_id, '?')}"
         ax.text(x + 0.5, y + 0.32, sub, ha="center", va="center", fontsize=6.5, color="#333333")
@@ -146,12 +198,15 @@ def plot_memory_grid(frame: Frame, ax: "Axes | None" = None, ncols: int | None =
     ax.set_ylim(0, nrows)
     ax.set_aspect("equal")
     ax.axis("off")
-    ax.set_title(f"physical blocks — usage {frame.usage:.0%}, free queue front→back "
-                 f"{frame.free_queue[:6]}{'…' if len(frame.free_queue) > 6 else ''}", fontsize=9)
+    ax.set_title(
+        f"physical blocks — usage {frame.usage:.0%}, free queue front→back "
+        f"{frame.free_queue[:6]}{'…' if len(frame.free_queue) > 6 else ''}",
+        fontsize=9,
+    )
     return fig
 
 
-def plot_frame(frame: Frame, colours: dict[str, tuple] | None = None, ncols: int | None = None) -> "Figure":
+def plot_frame(frame: Frame, colours: dict[str, tuple] | None = None, ncols: int | None = None) -> Figure:
     """Block tables and physical grid side by side, titled with the event."""
     import matplotlib.pyplot as plt
 
@@ -159,15 +214,19 @@ def plot_frame(frame: Frame, colours: dict[str, tuple] | None = None, ncols: int
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.2), gridspec_kw={"width_ratios": [1.2, 1]})
     plot_block_tables(frame, ax=left, colours=colours)
     plot_memory_grid(frame, ax=right, ncols=ncols, colours=colours)
-    hits = (f"prefix cache {frame.prefix_cache_hits}/{frame.prefix_cache_queries} tokens hit"
-            if frame.prefix_cache_queries else "")
+    hits = (
+        f"prefix cache {frame.prefix_cache_hits}/{frame.prefix_cache_queries} tokens hit"
+        if frame.prefix_cache_queries
+        else ""
+    )
     fig.suptitle(f"[{frame.index}] {frame.description}    {hits}", fontsize=10, x=0.02, ha="left")
     fig.tight_layout()
     return fig
 
 
-def plot_trace(frames: Sequence[Frame], indices: Sequence[int] | None = None,
-               ncols: int | None = None) -> list["Figure"]:
+def plot_trace(
+    frames: Sequence[Frame], indices: Sequence[int] | None = None, ncols: int | None = None
+) -> list[Figure]:
     """Static figures of the chosen frames (all by default), colours consistent across them."""
     colours = request_colours(_frame_ids(frames))
     chosen = range(len(frames)) if indices is None else indices
@@ -184,8 +243,9 @@ def trace_stepper(frames: Sequence[Frame], ncols: int | None = None):
         raise ValueError("no frames to show: record some events with TraceRecorder first")
     colours = request_colours(_frame_ids(frames))
     out = widgets.Output()
-    slider = widgets.IntSlider(value=0, min=0, max=len(frames) - 1, description="event",
-                               continuous_update=False)
+    slider = widgets.IntSlider(
+        value=0, min=0, max=len(frames) - 1, description="event", continuous_update=False
+    )
     play = widgets.Play(value=0, min=0, max=len(frames) - 1, interval=900)
     widgets.jslink((play, "value"), (slider, "value"))
 
@@ -243,12 +303,14 @@ def show_trace(frames: Sequence[Frame], interactive: bool | None = None, ncols: 
     return figs
 
 
-def plot_utilisation(timelines: Sequence, ax: "Axes | None" = None) -> "Figure":
+def plot_utilisation(timelines: Sequence, ax: Axes | None = None) -> Figure:
     """Tokens stored ÷ memory reserved per step for each MemoryTimeline (contiguous vs paged)."""
     fig, ax = _new_axes(ax, (8, 3.2))
     for tl in timelines:
-        ax.plot(tl.utilisation, label=f"{tl.allocator} (mean {tl.mean_utilisation:.0%}, "
-                                       f"peak {tl.peak_running} running)")
+        ax.plot(
+            tl.utilisation,
+            label=f"{tl.allocator} (mean {tl.mean_utilisation:.0%}, peak {tl.peak_running} running)",
+        )
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("step (one decode iteration)")
     ax.set_ylabel("stored ÷ reserved")

@@ -54,8 +54,10 @@ class DrillSession:
         self.position += 1
         verdict = "right" if ok else "not within tolerance"
         shown = "no answer" if given is None else f"{given:.4g}"
-        return (f"{verdict}: you said {shown} {drill.unit}; reference {drill.answer:.4g} {drill.unit} "
-                f"(tolerance {drill.tolerance:.1%}), {seconds:.0f} s.\nWorked answer: {drill.explanation}")
+        return (
+            f"{verdict}: you said {shown} {drill.unit}; reference {drill.answer:.4g} {drill.unit} "
+            f"(tolerance {drill.tolerance:.1%}), {seconds:.0f} s.\nWorked answer: {drill.explanation}"
+        )
 
     def by_topic(self) -> dict[str, dict]:
         """Per topic: answered, right, accuracy and mean seconds."""
@@ -76,7 +78,10 @@ class DrillSession:
         if not rows:
             return "no drills answered yet"
         lines = [f"{'topic':<14}{'right':>7}{'mean s':>8}"]
-        lines += [f"{k:<14}{v['right']:>3}/{v['answered']:<3}{v['mean_seconds']:>8.0f}" for k, v in sorted(rows.items())]
+        lines += [
+            f"{k:<14}{v['right']:>3}/{v['answered']:<3}{v['mean_seconds']:>8.0f}"
+            for k, v in sorted(rows.items())
+        ]
         right = sum(a.correct for a in self.attempts)
         lines.append(f"{'total':<14}{right:>3}/{len(self.attempts):<3}")
         return "\n".join(lines)
@@ -119,7 +124,10 @@ def drill_widget(session: DrillSession, time_limit_s: float | None = None):
     question = widgets.HTML()
     box = widgets.FloatText(description="answer")
     unit = widgets.Label()
-    submit, nxt = widgets.Button(description="Check", button_style="primary"), widgets.Button(description="Next")
+    submit, nxt = (
+        widgets.Button(description="Check", button_style="primary"),
+        widgets.Button(description="Next"),
+    )
     timer = widgets.Label()
     feedback, scores = widgets.Output(), widgets.Output()
     state = {"start": time.monotonic(), "open": True}
@@ -139,7 +147,9 @@ def drill_widget(session: DrillSession, time_limit_s: float | None = None):
             submit.disabled = nxt.disabled = True
             stop.set()
             return
-        question.value = f"<b>{drill.topic}</b> ({session.position + 1}/{len(session.drills)}): {drill.question}"
+        question.value = (
+            f"<b>{drill.topic}</b> ({session.position + 1}/{len(session.drills)}): {drill.question}"
+        )
         unit.value = drill.unit
         state.update(start=time.monotonic(), open=True)
         submit.disabled, nxt.disabled = False, True
@@ -164,7 +174,9 @@ def drill_widget(session: DrillSession, time_limit_s: float | None = None):
     return widgets.VBox([question, widgets.HBox([box, unit, submit, nxt, timer]), feedback, scores])
 
 
-def render_static(session: DrillSession, answers: Sequence | None = None, seconds: Sequence | None = None) -> str:
+def render_static(
+    session: DrillSession, answers: Sequence | None = None, seconds: Sequence | None = None
+) -> str:
     """Plain text: every question; with `answers`, also the feedback, the score and the plot."""
     parts = []
     for i, drill in enumerate(session.drills):
@@ -177,8 +189,13 @@ def render_static(session: DrillSession, answers: Sequence | None = None, second
     return "\n".join(parts)
 
 
-def run_drills(session: DrillSession, interactive: bool | None = None, answers: Sequence | None = None,
-               seconds: Sequence | None = None, time_limit_s: float | None = None):
+def run_drills(
+    session: DrillSession,
+    interactive: bool | None = None,
+    answers: Sequence | None = None,
+    seconds: Sequence | None = None,
+    time_limit_s: float | None = None,
+):
     """The widget runner when a widget front end is there, else the static text (and plot when answered).
 
     `interactive=None` guesses (ipywidgets importable and a kernel running); pass False under

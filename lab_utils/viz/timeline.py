@@ -69,8 +69,16 @@ def timeline_geometry(result: SimResult, axis: str = "time", lanes: int | None =
     to_x = _step_axis(result) if axis == "step" else (lambda t, is_end: t)
     lanes = result.num_slots if lanes is None else min(result.num_slots, lanes)
     colours = request_colours([r.request_id for r in result.requests])
-    geo = {"prefill": ([], []), "decode": ([], []), "padding": [], "idle": [], "preempted": ([], []),
-           "labels": [], "x_end": 0.0, "lanes": lanes}
+    geo = {
+        "prefill": ([], []),
+        "decode": ([], []),
+        "padding": [],
+        "idle": [],
+        "preempted": ([], []),
+        "labels": [],
+        "x_end": 0.0,
+        "lanes": lanes,
+    }
     x_end = 0.0
     for r in result.requests:
         colour = colours[r.request_id]
@@ -101,12 +109,18 @@ def _legend_handles(measured: bool) -> list:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    return [Patch(facecolor="#777777", alpha=0.55, hatch="////",
-                  label="waiting + prefill" if measured else "prefill"),
-            Patch(facecolor="#555555", label="decode"),
-            Patch(facecolor=PADDING_COLOUR, alpha=0.6, hatch="xx", label="padding (finished, slot held)"),
-            Patch(facecolor=IDLE_COLOUR, edgecolor="#cccccc", label="idle slot"),
-            Line2D([], [], color="red", marker="x", linestyle="none", label="preempted")]
+    return [
+        Patch(
+            facecolor="#777777",
+            alpha=0.55,
+            hatch="////",
+            label="waiting + prefill" if measured else "prefill",
+        ),
+        Patch(facecolor="#555555", label="decode"),
+        Patch(facecolor=PADDING_COLOUR, alpha=0.6, hatch="xx", label="padding (finished, slot held)"),
+        Patch(facecolor=IDLE_COLOUR, edgecolor="#cccccc", label="idle slot"),
+        Line2D([], [], color="red", marker="x", linestyle="none", label="preempted"),
+    ]
 
 
 class _TimelineArtists:
@@ -117,16 +131,27 @@ class _TimelineArtists:
 
         self.ax = ax
         self.idle = ax.add_collection(PolyCollection([], facecolors=IDLE_COLOUR, edgecolors="none"))
-        self.prefill = ax.add_collection(PolyCollection([], edgecolors="white", hatch="////", alpha=0.55,
-                                                        linewidths=0.3))
+        self.prefill = ax.add_collection(
+            PolyCollection([], edgecolors="white", hatch="////", alpha=0.55, linewidths=0.3)
+        )
         self.decode = ax.add_collection(PolyCollection([], edgecolors="white", linewidths=0.3))
-        self.padding = ax.add_collection(PolyCollection([], facecolors=PADDING_COLOUR, edgecolors="white",
-                                                        hatch="xx", alpha=0.6, linewidths=0.3))
+        self.padding = ax.add_collection(
+            PolyCollection(
+                [], facecolors=PADDING_COLOUR, edgecolors="white", hatch="xx", alpha=0.6, linewidths=0.3
+            )
+        )
         (self.preempted,) = ax.plot([], [], "rx", markersize=6)
         self.texts: list = []
         if legend:
-            ax.legend(handles=_legend_handles(measured), loc="lower center", bbox_to_anchor=(0.5, 1.0),
-                      ncol=5, fontsize=8, frameon=False, borderaxespad=0.2)
+            ax.legend(
+                handles=_legend_handles(measured),
+                loc="lower center",
+                bbox_to_anchor=(0.5, 1.0),
+                ncol=5,
+                fontsize=8,
+                frameon=False,
+                borderaxespad=0.2,
+            )
 
     def set(self, geo: dict, label_requests: bool) -> None:
         self.idle.set_verts(geo["idle"])
@@ -138,8 +163,11 @@ class _TimelineArtists:
         self.preempted.set_data(*geo["preempted"])
         for t in self.texts:
             t.remove()
-        self.texts = [self.ax.text(x, y, s, ha="center", va="center", fontsize=7)
-                      for x, y, s in geo["labels"]] if label_requests else []
+        self.texts = (
+            [self.ax.text(x, y, s, ha="center", va="center", fontsize=7) for x, y, s in geo["labels"]]
+            if label_requests
+            else []
+        )
         x_end, lanes = geo["x_end"], geo["lanes"]
         self.ax.set_xlim(0, x_end * 1.01 if x_end > 0 else 1)
         self.ax.set_ylim(lanes, 0)
@@ -147,8 +175,15 @@ class _TimelineArtists:
             self.ax.set_yticks([s + 0.5 for s in range(lanes)], [str(s) for s in range(lanes)])
 
 
-def plot_timeline(source, *, axis: str = "time", ax=None, title: str | None = None,
-                  max_slots: int | None = None, label_requests: bool | None = None):
+def plot_timeline(
+    source,
+    *,
+    axis: str = "time",
+    ax=None,
+    title: str | None = None,
+    max_slots: int | None = None,
+    label_requests: bool | None = None,
+):
     """Draw batch slots over time (or steps): a colour per request, prefill hatched, padding grey, idle bare.
 
     Args:
@@ -181,8 +216,14 @@ def plot_timeline(source, *, axis: str = "time", ax=None, title: str | None = No
     return fig
 
 
-def plot_throughput_latency(rows: list[dict], *, latency: str = "e2e_p99", throughput: str = "output_tokens_per_s",
-                            ax=None, slo: float | None = None):
+def plot_throughput_latency(
+    rows: list[dict],
+    *,
+    latency: str = "e2e_p99",
+    throughput: str = "output_tokens_per_s",
+    ax=None,
+    slo: float | None = None,
+):
     """Throughput against a latency percentile, one line per policy, one point per load (rows of `sweep_load`)."""
     import matplotlib.pyplot as plt
 
@@ -194,8 +235,13 @@ def plot_throughput_latency(rows: list[dict], *, latency: str = "e2e_p99", throu
         pts = sorted((r for r in rows if r["policy"] == policy), key=lambda r: r["rate"])
         ax.plot([p[throughput] for p in pts], [p[latency] for p in pts], "o-", label=policy)
         for p in pts:
-            ax.annotate(f"{p['rate']:g}/s", (p[throughput], p[latency]), fontsize=7,
-                        textcoords="offset points", xytext=(3, 3))
+            ax.annotate(
+                f"{p['rate']:g}/s",
+                (p[throughput], p[latency]),
+                fontsize=7,
+                textcoords="offset points",
+                xytext=(3, 3),
+            )
     if slo is not None:
         ax.axhline(slo, color="red", linestyle="--", linewidth=1, label=f"SLO {slo:g} s")
     ax.set_xlabel(throughput.replace("_", " "))
@@ -207,8 +253,14 @@ def plot_throughput_latency(rows: list[dict], *, latency: str = "e2e_p99", throu
     return fig
 
 
-def explorer_result(policy: str = "continuous", batch_size: int = 8, load: float = 2.0, *,
-                    make_workload: Callable[[float], list] | None = None, cost=None) -> tuple[SimResult, str]:
+def explorer_result(
+    policy: str = "continuous",
+    batch_size: int = 8,
+    load: float = 2.0,
+    *,
+    make_workload: Callable[[float], list] | None = None,
+    cost=None,
+) -> tuple[SimResult, str]:
     """Simulate one explorer setting; returns the result and a one-line summary for the title.
 
     Args:
@@ -217,13 +269,28 @@ def explorer_result(policy: str = "continuous", batch_size: int = 8, load: float
         load: arrival rate in requests per second.
         make_workload: rate -> workload (default: 32 requests, mixed lengths, seed 0).
     """
-    from lab_utils.sim import (ContinuousBatching, DynamicBatching, LengthDist, StaticBatching,
-                               StepCostModel, poisson_workload, simulate, summarize)
+    from lab_utils.sim import (
+        ContinuousBatching,
+        DynamicBatching,
+        LengthDist,
+        StaticBatching,
+        StepCostModel,
+        poisson_workload,
+        simulate,
+        summarize,
+    )
 
     if make_workload is None:
+
         def make_workload(rate: float) -> list:
-            return poisson_workload(32, rate, LengthDist("uniform", low=16, high=128),
-                                    LengthDist("choice", values=(8, 16, 32, 96)), seed=0)
+            return poisson_workload(
+                32,
+                rate,
+                LengthDist("uniform", low=16, high=128),
+                LengthDist("choice", values=(8, 16, 32, 96)),
+                seed=0,
+            )
+
     cost = cost or StepCostModel(fixed_s=0.02, per_token_s=0.0005, per_context_token_s=0.0)
     batch_size = int(batch_size)
     if policy == "static":
@@ -236,20 +303,31 @@ def explorer_result(policy: str = "continuous", batch_size: int = 8, load: float
         raise ValueError(f"policy must be 'static', 'continuous' or 'dynamic', got {policy!r}")
     result = simulate(make_workload(float(load)), cfg, cost)
     m = summarize(result)
-    return result, (f"{cfg.name} at {load:g} req/s: {m.output_tokens_per_s:.0f} tok/s, "
-                    f"p50 TTFT {m.ttft_p50:.2f} s, slot use {m.slot_utilisation:.0%}")
+    return result, (
+        f"{cfg.name} at {load:g} req/s: {m.output_tokens_per_s:.0f} tok/s, "
+        f"p50 TTFT {m.ttft_p50:.2f} s, slot use {m.slot_utilisation:.0%}"
+    )
 
 
-def explorer_figure(policy: str = "continuous", batch_size: int = 8, load: float = 2.0, *,
-                    make_workload: Callable[[float], list] | None = None, cost=None, axis: str = "time",
-                    ax=None):
+def explorer_figure(
+    policy: str = "continuous",
+    batch_size: int = 8,
+    load: float = 2.0,
+    *,
+    make_workload: Callable[[float], list] | None = None,
+    cost=None,
+    axis: str = "time",
+    ax=None,
+):
     """The timeline the explorer shows for one setting, as a Figure (or drawn into `ax`)."""
     result, title = explorer_result(policy, batch_size, load, make_workload=make_workload, cost=cost)
     return plot_timeline(result, ax=ax, axis=axis, label_requests=False, max_slots=32, title=title)
 
 
 EXPLORER_CLASS = "lab-timeline-explorer"  # CSS class on the explorer's outer box in the page
-EXPLORER_DPI = 72  # the widget's image: 10 inches = 720 pixels wide; more dots cost more milliseconds per update
+EXPLORER_DPI = (
+    72  # the widget's image: 10 inches = 720 pixels wide; more dots cost more milliseconds per update
+)
 
 
 class TimelineExplorer:
@@ -263,8 +341,14 @@ class TimelineExplorer:
     summary is left to the widget (`summary`, drawn by the browser). See `bench/sim_speed.py`.
     """
 
-    def __init__(self, make_workload: Callable[[float], list] | None = None, cost=None, *,
-                 dpi: int = EXPLORER_DPI, title: bool = True) -> None:
+    def __init__(
+        self,
+        make_workload: Callable[[float], list] | None = None,
+        cost=None,
+        *,
+        dpi: int = EXPLORER_DPI,
+        title: bool = True,
+    ) -> None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
@@ -280,15 +364,24 @@ class TimelineExplorer:
         self.ax.title.set_visible(title)
         self.artists = _TimelineArtists(self.ax, False, 8, legend=False)
         # legend and axis labels hang on the figure, where the Axes would put them: background
-        self.fig.legend(handles=_legend_handles(False), loc="lower center", bbox_to_anchor=((left + right) / 2, top),
-                        ncol=5, fontsize=8, frameon=False, borderaxespad=0.2)
+        self.fig.legend(
+            handles=_legend_handles(False),
+            loc="lower center",
+            bbox_to_anchor=((left + right) / 2, top),
+            ncol=5,
+            fontsize=8,
+            frameon=False,
+            borderaxespad=0.2,
+        )
         self.fig.text((left + right) / 2, 0.015, "time (s)", ha="center", va="bottom")
         self.fig.text(0.012, (top + bottom) / 2, "batch slot", rotation=90, ha="left", va="center")
         self._background = None  # (canvas size, saved pixels of everything but the Axes)
 
     def update(self, policy: str = "continuous", batch_size: int = 8, load: float = 2.0):
         """Re-simulate and refill the timeline; returns the Figure."""
-        result, title = explorer_result(policy, batch_size, load, make_workload=self.make_workload, cost=self.cost)
+        result, title = explorer_result(
+            policy, batch_size, load, make_workload=self.make_workload, cost=self.cost
+        )
         self.artists.set(timeline_geometry(result, "time", 32), label_requests=False)
         self.summary = title
         self.ax.set_title(title, fontsize=10, pad=22)
@@ -321,8 +414,9 @@ class TimelineExplorer:
         return self.png()
 
 
-def timeline_explorer(make_workload: Callable[[float], list] | None = None, cost=None, *,
-                      interactive: bool = True):
+def timeline_explorer(
+    make_workload: Callable[[float], list] | None = None, cost=None, *, interactive: bool = True
+):
     """Controls for policy, batch size and load over a live timeline; a static grid without ipywidgets.
 
     Returns the ipywidgets box (display it) or, when ipywidgets is missing or `interactive` is
@@ -338,7 +432,9 @@ def timeline_explorer(make_workload: Callable[[float], list] | None = None, cost
         return _static_grid(make_workload, cost)
 
     explorer = TimelineExplorer(make_workload, cost, title=False)
-    policy = widgets.Dropdown(options=["static", "continuous", "dynamic"], value="continuous", description="policy")
+    policy = widgets.Dropdown(
+        options=["static", "continuous", "dynamic"], value="continuous", description="policy"
+    )
     batch = widgets.IntSlider(value=8, min=1, max=32, description="batch size")
     load = widgets.FloatLogSlider(value=2.0, base=10, min=-1, max=1.5, step=0.05, description="req/s")
     image = widgets.Image(format="png")

@@ -13,13 +13,24 @@ import math
 from lab_utils.grading.registry import hidden, question, scenario
 
 # Questions a learner's scenario asks the course model, and short conversations to count.
-_QUESTIONS = ["What is the capital of France?", "What is the capital of Italy?",
-              "What is the capital of Japan?", "Name the largest planet in the solar system.",
-              "How many legs does a spider have?", "What colour is the sky on a clear day?"]
-_SYSTEMS = ["You are terse.", "You are a helpful assistant.", "Answer in one word.",
-            "You explain things to engineers."]
-_WORDS = ("serving batching cache token latency GPU memory throughput prefill decode request queue "
-          "kernel block model replica router budget").split()
+_QUESTIONS = [
+    "What is the capital of France?",
+    "What is the capital of Italy?",
+    "What is the capital of Japan?",
+    "Name the largest planet in the solar system.",
+    "How many legs does a spider have?",
+    "What colour is the sky on a clear day?",
+]
+_SYSTEMS = [
+    "You are terse.",
+    "You are a helpful assistant.",
+    "Answer in one word.",
+    "You explain things to engineers.",
+]
+_WORDS = (
+    "serving batching cache token latency GPU memory throughput prefill decode request queue "
+    "kernel block model replica router budget"
+).split()
 # How far the decode prediction may be from the reference (the same measured bandwidth, the
 # model's float32 weight bytes): the learner may count the weights slightly differently.
 PREDICT_RTOL = 0.03
@@ -55,11 +66,15 @@ def _tokenizer():
 
 
 def _templated_len(tok, messages) -> int:
-    return len(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                       return_dict=True)["input_ids"])
+    return len(
+        tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)[
+            "input_ids"
+        ]
+    )
 
 
 # --- 00.queries_per_kv_head ------------------------------------------------------------------
+
 
 def _group(cfg: dict) -> int:
     heads = cfg["num_attention_heads"]
@@ -74,19 +89,30 @@ def _(queries_per_kv_head):
     assert int(got) != 4, "that is the number of KV heads, not how many query heads share each one"
     assert int(got) == 3, "compare the two head counts in the config"
     got = queries_per_kv_head({"num_attention_heads": 16, "hidden_size": 1024})
-    assert int(got) == 1, ("a config without num_key_value_heads is plain multi-head attention: "
-                           "every query head has its own key/value head")
+    assert int(got) == 1, (
+        "a config without num_key_value_heads is plain multi-head attention: "
+        "every query head has its own key/value head"
+    )
 
 
 @hidden("00.queries_per_kv_head")
 def _(queries_per_kv_head, rng, scenario):
     from lab_utils.drills.shapes import MODELS
 
-    cases = [{"num_attention_heads": s.num_attention_heads, "num_key_value_heads": s.num_kv_heads,
-              "hidden_size": s.hidden_size} for s in MODELS.values()]
+    cases = [
+        {
+            "num_attention_heads": s.num_attention_heads,
+            "num_key_value_heads": s.num_kv_heads,
+            "hidden_size": s.hidden_size,
+        }
+        for s in MODELS.values()
+    ]
     for _ in range(12):
         kv = rng.choice([1, 2, 4, 8])
-        cfg = {"num_attention_heads": kv * rng.choice([1, 2, 3, 4, 7, 8]), "hidden_size": 64 * rng.randint(4, 64)}
+        cfg = {
+            "num_attention_heads": kv * rng.choice([1, 2, 3, 4, 7, 8]),
+            "hidden_size": 64 * rng.randint(4, 64),
+        }
         if rng.random() < 0.8:
             cfg["num_key_value_heads"] = kv
         cases.append(cfg)
@@ -96,6 +122,7 @@ def _(queries_per_kv_head, rng, scenario):
 
 # --- 00.count_chat_tokens --------------------------------------------------------------------
 
+
 @question("00.count_chat_tokens", points=2, answers=["count_chat_tokens", "scenario_prompt_tokens"])
 def _(count_chat_tokens, scenario_prompt_tokens):
     """A function counting the tokens the model really sees for a chat, and its value on SCENARIO."""
@@ -103,8 +130,9 @@ def _(count_chat_tokens, scenario_prompt_tokens):
     messages = [{"role": "user", "content": "Hi"}]
     got = int(count_chat_tokens(tok, messages))
     assert got != len(tok("Hi")["input_ids"]), "count the whole templated prompt, not only the user's text"
-    assert got == _templated_len(tok, messages), \
+    assert got == _templated_len(tok, messages), (
         "the model also sees the template's role markers and the prompt that opens the assistant's turn"
+    )
     two = messages + [{"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Hi"}]
     assert int(count_chat_tokens(tok, two)) > got, "a longer conversation costs more tokens"
     n = float(scenario_prompt_tokens)
@@ -117,14 +145,16 @@ def _(count_chat_tokens, scenario_prompt_tokens, rng, scenario):
     cases = [_conversation(rng) for _ in range(8)]
     wrong = sum(int(count_chat_tokens(tok, m)) != _templated_len(tok, m) for m in cases)
     assert not wrong, f"count_chat_tokens is wrong on {wrong} of {len(cases)} unseen conversations"
-    assert int(float(scenario_prompt_tokens)) == _templated_len(tok, scenario["conversation"]), \
+    assert int(float(scenario_prompt_tokens)) == _templated_len(tok, scenario["conversation"]), (
         "scenario_prompt_tokens is not the count for this run's SCENARIO conversation"
+    )
 
 
 # --- 00.new_text -----------------------------------------------------------------------------
 
+
 def _reference_new_text(tok, prompt_ids, output_ids) -> str:
-    return tok.decode(list(output_ids)[len(prompt_ids):], skip_special_tokens=True)
+    return tok.decode(list(output_ids)[len(prompt_ids) :], skip_special_tokens=True)
 
 
 def _ids_case(tok, rng):
@@ -152,12 +182,15 @@ def _(new_text):
 def _(new_text, rng, scenario):
     tok = _tokenizer()
     cases = [_ids_case(tok, rng) for _ in range(8)]
-    wrong = sum(str(new_text(tok, list(p), list(o))).strip() != _reference_new_text(tok, p, o).strip()
-                for p, o in cases)
+    wrong = sum(
+        str(new_text(tok, list(p), list(o))).strip() != _reference_new_text(tok, p, o).strip()
+        for p, o in cases
+    )
     assert not wrong, f"wrong on {wrong} of {len(cases)} unseen token sequences"
 
 
 # --- 00.decode_prediction (predict, then measure) --------------------------------------------
+
 
 @functools.lru_cache(maxsize=1)
 def _course_weight_bytes() -> int:
@@ -167,14 +200,20 @@ def _course_weight_bytes() -> int:
     return ModelSpec.from_hf_config(course_model_path()).num_params * 4  # float32
 
 
-@question("00.decode_prediction", points=2, answers=["predicted_tokens_per_s", "bandwidth"],
-          forbid=["lab_utils.drills.calc:batch1_decode_tokens_per_s"], predict=True)
+@question(
+    "00.decode_prediction",
+    points=2,
+    answers=["predicted_tokens_per_s", "bandwidth"],
+    forbid=["lab_utils.drills.calc:batch1_decode_tokens_per_s"],
+    predict=True,
+)
 def _(predicted_tokens_per_s, bandwidth):
     """Predicted batch-1 decode tokens/s from the measured read bandwidth and the weight bytes."""
     from lab_utils.grading.provenance import verify
 
-    assert verify(bandwidth), ("`bandwidth` must be the object measure_read_bandwidth() returned in this run, "
-                               "unchanged")
+    assert verify(bandwidth), (
+        "`bandwidth` must be the object measure_read_bandwidth() returned in this run, unchanged"
+    )
     p = float(predicted_tokens_per_s)
     assert math.isfinite(p) and p > 0, "a positive number of tokens per second"
     bw = float(bandwidth.bytes_per_s)
@@ -190,5 +229,6 @@ def _(predicted_tokens_per_s, bandwidth, rng, scenario):
     assert verify(bandwidth), "the bandwidth object was not produced by this run's measurement"
     want = bandwidth_from_samples(bandwidth.raw_samples()) / _course_weight_bytes()
     got = float(predicted_tokens_per_s)
-    assert abs(got - want) <= PREDICT_RTOL * want, \
+    assert abs(got - want) <= PREDICT_RTOL * want, (
         f"the prediction is more than {PREDICT_RTOL:.0%} away from the bound of the measured bandwidth"
+    )

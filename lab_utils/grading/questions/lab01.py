@@ -21,11 +21,18 @@ VLLM_RTOL = 0.005
 
 
 def _model_dict(spec) -> dict:
-    return {"name": spec.name, "num_layers": spec.num_layers, "hidden_size": spec.hidden_size,
-            "num_attention_heads": spec.num_attention_heads, "num_kv_heads": spec.num_kv_heads,
-            "head_dim": spec.head_dim, "intermediate_size": spec.intermediate_size,
-            "vocab_size": spec.vocab_size, "max_position_embeddings": spec.max_position_embeddings,
-            "attention_bias": spec.attention_bias}
+    return {
+        "name": spec.name,
+        "num_layers": spec.num_layers,
+        "hidden_size": spec.hidden_size,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_kv_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim,
+        "intermediate_size": spec.intermediate_size,
+        "vocab_size": spec.vocab_size,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "attention_bias": spec.attention_bias,
+    }
 
 
 @scenario("01")
@@ -49,8 +56,12 @@ def _(rng):
         "spec_alpha": rng.choice([0.5, 0.6, 0.7, 0.8, 0.9]),
         "spec_k": rng.choice([2, 3, 4, 5, 7]),
         "draft_cost_ratio": rng.choice([0.02, 0.05, 0.1, 0.2]),
-        "vllm": {"kv_cache_gib": rng.choice([1, 2]), "dtype": "float32", "block_size": 128,
-                 "max_model_len": rng.choice([n for n in range(1000, 4001, 50) if n % 128])},
+        "vllm": {
+            "kv_cache_gib": rng.choice([1, 2]),
+            "dtype": "float32",
+            "block_size": 128,
+            "max_model_len": rng.choice([n for n in range(1000, 4001, 50) if n % 128]),
+        },
     }
 
 
@@ -65,6 +76,7 @@ def _nbytes(dtype: str) -> int:
 
 
 # --- references (independent of lab_utils.memory / lab_utils.drills.calc) ----------------------
+
 
 def _kv(layers, kv_heads, head_dim, nbytes) -> int:
     return 2 * layers * kv_heads * head_dim * nbytes
@@ -112,8 +124,13 @@ def _frac_wrong(n_wrong: int, n: int, what: str = "unseen cases") -> None:
 
 # --- 01.kv_bytes_per_token -------------------------------------------------------------------
 
-@question("01.kv_bytes_per_token", points=2, answers=["kv_bytes_per_token"],
-          forbid=["lab_utils.memory.kv:kv_cache_bytes_per_token"])
+
+@question(
+    "01.kv_bytes_per_token",
+    points=2,
+    answers=["kv_bytes_per_token"],
+    forbid=["lab_utils.memory.kv:kv_cache_bytes_per_token"],
+)
 def _(kv_bytes_per_token):
     """KV-cache bytes one token occupies, from layers, KV heads, head_dim and bytes per element."""
     got = int(kv_bytes_per_token(1, 1, 1, 1))
@@ -126,16 +143,32 @@ def _(kv_bytes_per_token):
 
 @hidden("01.kv_bytes_per_token")
 def _(kv_bytes_per_token, rng, scenario):
-    cases = [(rng.randint(1, 96), rng.choice([1, 2, 4, 8, 16]), rng.choice([64, 80, 96, 128, 256]),
-              rng.choice([1, 2, 4])) for _ in range(20)]
+    cases = [
+        (
+            rng.randint(1, 96),
+            rng.choice([1, 2, 4, 8, 16]),
+            rng.choice([64, 80, 96, 128, 256]),
+            rng.choice([1, 2, 4]),
+        )
+        for _ in range(20)
+    ]
     _frac_wrong(sum(int(kv_bytes_per_token(*c)) != _kv(*c) for c in cases), len(cases))
 
 
 # --- 01.vllm_capacity (predict, then vLLM measures) ------------------------------------------
 
-@question("01.vllm_capacity", points=3, answers=["vllm_capacity", "predicted_vllm"],
-          forbid=["lab_utils.memory.kv:vllm_kv_cache_report", "lab_utils.memory.kv:kv_cache_num_blocks",
-                  "lab_utils.memory.kv:kv_cache_capacity_tokens"], predict=True)
+
+@question(
+    "01.vllm_capacity",
+    points=3,
+    answers=["vllm_capacity", "predicted_vllm"],
+    forbid=[
+        "lab_utils.memory.kv:vllm_kv_cache_report",
+        "lab_utils.memory.kv:kv_cache_num_blocks",
+        "lab_utils.memory.kv:kv_cache_capacity_tokens",
+    ],
+    predict=True,
+)
 def _(vllm_capacity, predicted_vllm):
     """vLLM's logged (KV tokens, max concurrency), or None when it refuses; and the prediction for SCENARIO."""
     got = vllm_capacity(GiB, 46_080, 128, 2000)
@@ -143,20 +176,25 @@ def _(vllm_capacity, predicted_vllm):
     tokens, conc = got
     assert float(conc) > 1, "several requests fit at once"
     assert int(tokens) != GiB // 46_080, "vLLM hands out whole blocks; a partial block is never used"
-    assert int(tokens) == _capacity(GiB, 46_080, 128, 2000)[0], \
+    assert int(tokens) == _capacity(GiB, 46_080, 128, 2000)[0], (
         "the logged size is the concurrency times max_model_len, where a request occupies whole blocks"
-    assert vllm_capacity(GiB, 46_080, 128, 32_768) is None, \
+    )
+    assert vllm_capacity(GiB, 46_080, 128, 32_768) is None, (
         "return None when one request of max_model_len cannot fit (remember the block vLLM keeps back)"
+    )
     tokens, conc = predicted_vllm
-    assert int(tokens) > 0 and float(conc) > 0, \
+    assert int(tokens) > 0 and float(conc) > 0, (
         "predicted_vllm: (KV cache tokens, max concurrency) for SCENARIO['vllm'] with the course model"
+    )
 
 
 @hidden("01.vllm_capacity")
 def _(vllm_capacity, predicted_vllm, rng, scenario):
     wrong, n = 0, 24
     for i in range(n):
-        per_token = _kv(rng.randint(2, 80), rng.choice([1, 2, 4, 8]), rng.choice([64, 128]), rng.choice([1, 2, 4]))
+        per_token = _kv(
+            rng.randint(2, 80), rng.choice([1, 2, 4, 8]), rng.choice([64, 128]), rng.choice([1, 2, 4])
+        )
         block = rng.choice([16, 32, 128])
         max_len = rng.randint(100, 20_000)
         need = -(-max_len // block)
@@ -172,16 +210,24 @@ def _(vllm_capacity, predicted_vllm, rng, scenario):
             wrong += int(got[0]) != want[0] or not _close(got[1], want[1], 1e-9)
     _frac_wrong(wrong, n)
     v = scenario["vllm"]
-    want = _capacity(v["kv_cache_gib"] * GiB, _kv(*SMOL_KV, _nbytes(v["dtype"])), v["block_size"], v["max_model_len"])
+    want = _capacity(
+        v["kv_cache_gib"] * GiB, _kv(*SMOL_KV, _nbytes(v["dtype"])), v["block_size"], v["max_model_len"]
+    )
     tokens, conc = predicted_vllm
-    assert _close(tokens, want[0], VLLM_RTOL) and _close(conc, want[1], VLLM_RTOL), \
+    assert _close(tokens, want[0], VLLM_RTOL) and _close(conc, want[1], VLLM_RTOL), (
         "predicted_vllm is not what vLLM reports for this run's SCENARIO['vllm'] settings"
+    )
 
 
 # --- 01.parallel_plan ------------------------------------------------------------------------
 
-@question("01.parallel_plan", points=3, answers=["parallel_plan", "scenario_plan"],
-          forbid=["lab_utils.drills.calc:gpus_needed", "lab_utils.drills.calc:valid_tp_degrees"])
+
+@question(
+    "01.parallel_plan",
+    points=3,
+    answers=["parallel_plan", "scenario_plan"],
+    forbid=["lab_utils.drills.calc:gpus_needed", "lab_utils.drills.calc:valid_tp_degrees"],
+)
 def _(parallel_plan, scenario_plan):
     """(tensor-parallel, pipeline-parallel) degrees for a memory need; and the plan for SCENARIO."""
     tp, pp = map(int, parallel_plan(100.0, 70.0, 64, 8))
@@ -200,8 +246,15 @@ def _(parallel_plan, scenario_plan):
 def _(parallel_plan, scenario_plan, rng, scenario):
     from lab_utils.drills.shapes import MODELS
 
-    shapes = [(s.num_attention_heads, s.num_kv_heads) for s in MODELS.values()] + \
-        [(28, 4), (40, 8), (32, 32), (12, 4), (9, 3), (16, 2), (48, 6)]
+    shapes = [(s.num_attention_heads, s.num_kv_heads) for s in MODELS.values()] + [
+        (28, 4),
+        (40, 8),
+        (32, 32),
+        (12, 4),
+        (9, 3),
+        (16, 2),
+        (48, 6),
+    ]
     wrong, n = 0, 24
     for _ in range(n):
         heads, kv = rng.choice(shapes)
@@ -212,37 +265,59 @@ def _(parallel_plan, scenario_plan, rng, scenario):
     from lab_utils.memory import GPUS, weight_bytes
 
     spec, s = _spec(scenario), scenario
-    total = (weight_bytes(spec, s["weights"]) + s["concurrent_requests"] * s["context_tokens"] *
-             _kv(spec.num_layers, spec.num_kv_heads, spec.head_dim, _nbytes(s["kv_cache_dtype"]))) / GiB
+    total = (
+        weight_bytes(spec, s["weights"])
+        + s["concurrent_requests"]
+        * s["context_tokens"]
+        * _kv(spec.num_layers, spec.num_kv_heads, spec.head_dim, _nbytes(s["kv_cache_dtype"]))
+    ) / GiB
     usable = s["gpu_memory_utilization"] * GPUS[s["gpu"]].memory_bytes / GiB - s["reserve_gib"]
-    ok = {_plan(total * f, usable, spec.num_attention_heads, spec.num_kv_heads, s["gpus_per_node"])
-          for f in (1 - 1e-9, 1.0, 1 + 1e-9)}
+    ok = {
+        _plan(total * f, usable, spec.num_attention_heads, spec.num_kv_heads, s["gpus_per_node"])
+        for f in (1 - 1e-9, 1.0, 1 + 1e-9)
+    }
     assert tuple(map(int, scenario_plan)) in ok, "scenario_plan is not the plan for this run's SCENARIO"
 
 
 # --- 01.decode_roofline ----------------------------------------------------------------------
 
-@question("01.decode_roofline", points=2, answers=["decode_step"],
-          forbid=["lab_utils.memory.recommend:decode_tokens_per_s", "lab_utils.drills.calc:ridge_point",
-                  "lab_utils.drills.calc:critical_batch"])
+
+@question(
+    "01.decode_roofline",
+    points=2,
+    answers=["decode_step"],
+    forbid=[
+        "lab_utils.memory.recommend:decode_tokens_per_s",
+        "lab_utils.drills.calc:ridge_point",
+        "lab_utils.drills.calc:critical_batch",
+    ],
+)
 def _(decode_step):
     """Decode tokens/s of one step and which roof limits it ("memory" or "compute")."""
     rate, bound = decode_step(1, 16e9, 1e8, 16e9, 3.35e12, 989e12)
     assert str(bound) == "memory", "at batch 1 each weight byte read does very little arithmetic"
-    assert _close(rate, _decode(1, 16e9, 1e8, 16e9, 3.35e12, 989e12)[0]), \
+    assert _close(rate, _decode(1, 16e9, 1e8, 16e9, 3.35e12, 989e12)[0]), (
         "one step reads the weights once plus each sequence's KV cache"
+    )
     rate2, bound2 = decode_step(4096, 1e9, 0.0, 2e9, 1e12, 1e14)
     assert str(bound2) == "compute", "with a huge batch and no KV reads the arithmetic dominates"
-    assert float(rate2) > float(decode_step(2048, 1e9, 0.0, 2e9, 1e12, 1e14)[0]) * 0.99, \
+    assert float(rate2) > float(decode_step(2048, 1e9, 0.0, 2e9, 1e12, 1e14)[0]) * 0.99, (
         "more sequences per step never lowers tokens/s in this model"
+    )
 
 
 @hidden("01.decode_roofline")
 def _(decode_step, rng, scenario):
     wrong, n = 0, 24
     for _ in range(n):
-        args = (rng.choice([1, 2, 8, 32, 128, 512, 2048]), rng.uniform(0.3e9, 150e9), rng.uniform(0, 4e9),
-                rng.uniform(0.3e9, 150e9), rng.uniform(0.3e12, 8e12), rng.uniform(50e12, 2.5e15))
+        args = (
+            rng.choice([1, 2, 8, 32, 128, 512, 2048]),
+            rng.uniform(0.3e9, 150e9),
+            rng.uniform(0, 4e9),
+            rng.uniform(0.3e9, 150e9),
+            rng.uniform(0.3e12, 8e12),
+            rng.uniform(50e12, 2.5e15),
+        )
         rate, bound = decode_step(*args)
         want_rate, want_bound = _decode(*args)
         wrong += not _close(rate, want_rate) or str(bound) != want_bound
@@ -251,49 +326,78 @@ def _(decode_step, rng, scenario):
 
 # --- 01.spec_decode --------------------------------------------------------------------------
 
-@question("01.spec_decode", points=2, answers=["expected_tokens_per_pass", "scenario_spec_speedup"],
-          forbid=["lab_utils.drills.calc:spec_expected_tokens", "lab_utils.drills.calc:spec_speedup"])
+
+@question(
+    "01.spec_decode",
+    points=2,
+    answers=["expected_tokens_per_pass", "scenario_spec_speedup"],
+    forbid=["lab_utils.drills.calc:spec_expected_tokens", "lab_utils.drills.calc:spec_speedup"],
+)
 def _(expected_tokens_per_pass, scenario_spec_speedup):
     """Expected tokens per target pass with k drafts accepted with probability alpha; SCENARIO's speed-up."""
-    assert _close(expected_tokens_per_pass(0.0, 4), 1.0), \
+    assert _close(expected_tokens_per_pass(0.0, 4), 1.0), (
         "even when every draft is rejected, the target's own pass still yields a token"
-    assert _close(expected_tokens_per_pass(0.5, 1), _expected(0.5, 1)), \
+    )
+    assert _close(expected_tokens_per_pass(0.5, 1), _expected(0.5, 1)), (
         "a draft counts only if every draft before it was accepted too"
-    assert float(expected_tokens_per_pass(0.8, 5)) > float(expected_tokens_per_pass(0.8, 2)), \
+    )
+    assert float(expected_tokens_per_pass(0.8, 5)) > float(expected_tokens_per_pass(0.8, 2)), (
         "more drafts can only add expected tokens"
+    )
     s = float(scenario_spec_speedup)
     assert math.isfinite(s) and 0 < s < 10, "scenario_spec_speedup: a ratio of tokens per unit time"
 
 
 @hidden("01.spec_decode")
 def _(expected_tokens_per_pass, scenario_spec_speedup, rng, scenario):
-    cases = [(round(rng.uniform(0.05, 0.98), 3), rng.randint(1, 10)) for _ in range(16)] + [(1.0, rng.randint(2, 8))]
-    _frac_wrong(sum(not _close(expected_tokens_per_pass(a, k), _expected(a, k)) for a, k in cases), len(cases))
+    cases = [(round(rng.uniform(0.05, 0.98), 3), rng.randint(1, 10)) for _ in range(16)] + [
+        (1.0, rng.randint(2, 8))
+    ]
+    _frac_wrong(
+        sum(not _close(expected_tokens_per_pass(a, k), _expected(a, k)) for a, k in cases), len(cases)
+    )
     s = scenario
     want = _expected(s["spec_alpha"], s["spec_k"]) / (1 + s["spec_k"] * s["draft_cost_ratio"])
-    assert _close(scenario_spec_speedup, want, 1e-3), \
+    assert _close(scenario_spec_speedup, want, 1e-3), (
         "scenario_spec_speedup is not the speed-up for this run's SCENARIO (alpha, k, draft cost)"
+    )
 
 
 # --- 01.prefill_ttft -------------------------------------------------------------------------
 
-@question("01.prefill_ttft", points=2, answers=["prefill_ttft_s", "scenario_ttft_s"],
-          forbid=["lab_utils.drills.calc:prefill_ttft_s"])
+
+@question(
+    "01.prefill_ttft",
+    points=2,
+    answers=["prefill_ttft_s", "scenario_ttft_s"],
+    forbid=["lab_utils.drills.calc:prefill_ttft_s"],
+)
 def _(prefill_ttft_s, scenario_ttft_s):
     """Compute-bound prefill time on tp x pp GPUs; and SCENARIO's TTFT."""
     one = float(prefill_ttft_s(8e9, 4096, 989, 0.5, 1, 1))
-    assert _close(one, _ttft(8e9, 4096, 989, 0.5, 1, 1)), \
+    assert _close(one, _ttft(8e9, 4096, 989, 0.5, 1, 1)), (
         "count the FLOPs a prompt costs (per parameter, per token) and divide by the FLOP/s really reached"
-    assert _close(prefill_ttft_s(8e9, 4096, 989, 0.5, 1, 4), one), \
+    )
+    assert _close(prefill_ttft_s(8e9, 4096, 989, 0.5, 1, 4), one), (
         "pipeline stages run one after another for a single prompt: they add GPUs, not speed, here"
+    )
     t = float(scenario_ttft_s)
     assert math.isfinite(t) and t > 0, "scenario_ttft_s: seconds, positive"
 
 
 @hidden("01.prefill_ttft")
 def _(prefill_ttft_s, scenario_ttft_s, rng, scenario):
-    cases = [(rng.uniform(0.1e9, 400e9), rng.randint(16, 32_768), rng.choice([121, 312, 362, 989, 2250]),
-              rng.uniform(0.2, 0.7), rng.choice([1, 2, 4, 8]), rng.choice([1, 2, 4])) for _ in range(16)]
+    cases = [
+        (
+            rng.uniform(0.1e9, 400e9),
+            rng.randint(16, 32_768),
+            rng.choice([121, 312, 362, 989, 2250]),
+            rng.uniform(0.2, 0.7),
+            rng.choice([1, 2, 4, 8]),
+            rng.choice([1, 2, 4]),
+        )
+        for _ in range(16)
+    ]
     _frac_wrong(sum(not _close(prefill_ttft_s(*c), _ttft(*c)) for c in cases), len(cases))
     from lab_utils.memory import GPUS
 

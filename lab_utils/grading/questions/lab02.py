@@ -48,6 +48,7 @@ def _fraction(passed: int, total: int, what: str) -> float | None:
 
 # --- a reference driver: the course's KVCacheManager behind the notebook's small API -----------
 
+
 class _Reference:
     """lab_utils.kv.KVCacheManager (no prefix caching) with the notebook manager's methods."""
 
@@ -88,8 +89,12 @@ class _Reference:
     def state(self) -> tuple:
         pool = self.kv.block_pool
         tables = {rid: list(self.kv.get_block_ids(rid)) for rid in self.reqs}
-        return (tables, {rid: r.num_tokens for rid, r in self.reqs.items()},
-                pool.free_block_queue.block_ids(), [b.ref_cnt for b in pool.blocks])
+        return (
+            tables,
+            {rid: r.num_tokens for rid, r in self.reqs.items()},
+            pool.free_block_queue.block_ids(),
+            [b.ref_cnt for b in pool.blocks],
+        )
 
 
 def _learner_state(m, num_blocks: int) -> tuple:
@@ -142,19 +147,27 @@ def _replay(cls, rng, kinds: tuple[str, ...], num_traces: int = 12) -> float | N
 
 # --- 02.contiguous_waste ---------------------------------------------------------------------
 
-@question("02.contiguous_waste", points=2, answers=["contiguous_waste"],
-          forbid=["lab_utils.kv.workload:never_used_fraction"])
+
+@question(
+    "02.contiguous_waste",
+    points=2,
+    answers=["contiguous_waste"],
+    forbid=["lab_utils.kv.workload:never_used_fraction"],
+)
 def _(contiguous_waste):
     """Fraction of a contiguous allocator's reserved slots that never hold a token."""
     from lab_utils.kv import WorkloadRequest
 
     full = [WorkloadRequest("a", 0, 10, 90, 90)]
-    assert abs(float(contiguous_waste(full))) < 1e-9, \
+    assert abs(float(contiguous_waste(full))) < 1e-9, (
         "a request that uses its whole reservation wastes nothing"
+    )
     two = [WorkloadRequest("a", 0, 10, 30, 90), WorkloadRequest("b", 2, 50, 5, 90)]
     got = float(contiguous_waste(two))
     assert 0 < got < 1, "a fraction of the reserved slots: between 0 and 1"
-    assert abs(got - float(contiguous_waste(list(reversed(two))))) < 1e-12, "the order of requests does not matter"
+    assert abs(got - float(contiguous_waste(list(reversed(two))))) < 1e-12, (
+        "the order of requests does not matter"
+    )
 
 
 @hidden("02.contiguous_waste")
@@ -163,22 +176,30 @@ def _(contiguous_waste, rng, scenario):
     from lab_utils.kv.workload import never_used_fraction
 
     passed = 0
-    for i in range(10):
-        wl = make_workload(rng.randint(1, 40), seed=rng.randint(0, 10**6), max_tokens=rng.choice([64, 256, 1024]),
-                           mean_output_len=rng.choice([5, 40, 200]))
-        passed += math.isclose(float(contiguous_waste(wl)), never_used_fraction(wl), rel_tol=1e-9, abs_tol=1e-12)
+    for _ in range(10):
+        wl = make_workload(
+            rng.randint(1, 40),
+            seed=rng.randint(0, 10**6),
+            max_tokens=rng.choice([64, 256, 1024]),
+            mean_output_len=rng.choice([5, 40, 200]),
+        )
+        passed += math.isclose(
+            float(contiguous_waste(wl)), never_used_fraction(wl), rel_tol=1e-9, abs_tol=1e-12
+        )
     return _fraction(passed, 10, "workloads")
 
 
 # --- 02.allocate / 02.append / 02.free ---------------------------------------------------------
+
 
 @question("02.allocate", points=2, answers=["PagedBlockManager"], forbid=[_KV, _POOL])
 def _(PagedBlockManager):
     """allocate: whole blocks from the front of the free queue, or None and no change."""
     m = PagedBlockManager(8, 4)
     first, second = _ids(m.allocate("a", 10)), _ids(m.allocate("b", 4))
-    assert first == [0, 1, 2] and second == [3], \
+    assert first == [0, 1, 2] and second == [3], (
         "a request gets just enough whole blocks for its tokens, taken in queue order"
+    )
     assert _ids(m.block_tables["a"]) == first and int(m.num_free_blocks) == 4
     assert [int(m.ref_cnt[b]) for b in range(5)] == [1, 1, 1, 1, 0], "a block a table holds has one reference"
     assert m.allocate("c", 17) is None, "more blocks than are free: refuse"
@@ -196,11 +217,14 @@ def _(PagedBlockManager):
     m = PagedBlockManager(2, 4)
     m.allocate("a", 3)
     got = [_ids(m.append("a")) for _ in range(6)]
-    assert got[0] == [] and got[1] == [1], "a token goes into the last block while it has room, else into a new one"
+    assert got[0] == [] and got[1] == [1], (
+        "a token goes into the last block while it has room, else into a new one"
+    )
     assert got[2:5] == [[], [], []], "a token goes into the last block while it has room"
     assert got[5] is None, "when a new block is needed and none is free, say so with None"
-    assert int(m.num_tokens["a"]) == 8 and _ids(m.block_tables["a"]) == [0, 1], \
+    assert int(m.num_tokens["a"]) == 8 and _ids(m.block_tables["a"]) == [0, 1], (
         "an append that does not fit must leave the request unchanged"
+    )
 
 
 @hidden("02.append")
@@ -229,6 +253,7 @@ def _(PagedBlockManager, rng, scenario):
 
 # --- 02.prefix_lookup ----------------------------------------------------------------------------
 
+
 def _cached_table(block_size: int, prompts: list[list[int]]) -> dict:
     from lab_utils.kv import KVCacheManager, Request
 
@@ -252,9 +277,15 @@ def _reference_lookup(tokens: list[int], block_size: int, cached: dict) -> list[
     return [b.block_id for b in hits]
 
 
-@question("02.prefix_lookup", points=3, answers=["cached_prefix_blocks"],
-          forbid=["lab_utils.kv.kv_cache_manager:KVCacheManager.get_computed_blocks",
-                  "lab_utils.kv.block_pool:hash_request_blocks"])
+@question(
+    "02.prefix_lookup",
+    points=3,
+    answers=["cached_prefix_blocks"],
+    forbid=[
+        "lab_utils.kv.kv_cache_manager:KVCacheManager.get_computed_blocks",
+        "lab_utils.kv.block_pool:hash_request_blocks",
+    ],
+)
 def _(cached_prefix_blocks):
     """Prefix-cache lookup: chained hashes of whole blocks, stop at the first miss, never the last token."""
     system = [11, 12, 13, 14, 15, 16, 17, 18]
@@ -263,9 +294,13 @@ def _(cached_prefix_blocks):
     def ask(tokens):
         return _ids(cached_prefix_blocks(list(tokens), 4, dict(cached)))
 
-    assert ask(system + [90, 91, 92, 93, 7]) == [0, 1, 2], "every full block of this prompt was computed before"
+    assert ask(system + [90, 91, 92, 93, 7]) == [0, 1, 2], (
+        "every full block of this prompt was computed before"
+    )
     assert ask(system) != [0, 1], "the model must still run on the prompt's last token"
-    assert ask([90, 91, 92, 93, 1, 2, 3, 4, 5]) == [], "equal tokens in another position are not the same block"
+    assert ask([90, 91, 92, 93, 1, 2, 3, 4, 5]) == [], (
+        "equal tokens in another position are not the same block"
+    )
 
 
 @hidden("02.prefix_lookup")
@@ -275,10 +310,14 @@ def _(cached_prefix_blocks, rng, scenario):
         bs = rng.choice([2, 3, 4, 8])
         vocab = rng.choice([3, 50])  # a tiny vocabulary makes equal blocks at other positions likely
         base = [rng.randrange(vocab) for _ in range(bs * rng.randint(1, 6))]
-        prompts = [base[:rng.randint(1, len(base))] + [rng.randrange(vocab) for _ in range(rng.randint(1, 2 * bs))]
-                   for _ in range(rng.randint(1, 4))]
+        prompts = [
+            base[: rng.randint(1, len(base))] + [rng.randrange(vocab) for _ in range(rng.randint(1, 2 * bs))]
+            for _ in range(rng.randint(1, 4))
+        ]
         cached = _cached_table(bs, prompts)
-        query = base[:rng.randint(0, len(base))] + [rng.randrange(vocab) for _ in range(rng.randint(0, 2 * bs))]
+        query = base[: rng.randint(0, len(base))] + [
+            rng.randrange(vocab) for _ in range(rng.randint(0, 2 * bs))
+        ]
         if not query:
             query = [0]
         want = _reference_lookup(query, bs, cached)
@@ -288,20 +327,27 @@ def _(cached_prefix_blocks, rng, scenario):
 
 # --- 02.fork_cow ---------------------------------------------------------------------------------
 
+
 @question("02.fork_cow", points=3, answers=["ForkingBlockManager"], forbid=[_KV, _POOL])
 def _(ForkingBlockManager):
     """fork shares every block; the first append into a shared partial block copies it (copy-on-write)."""
     m = ForkingBlockManager(8, 4)
     m.allocate("a", 6)
     m.fork("a", "a.1")
-    assert _ids(m.block_tables["a.1"]) == _ids(m.block_tables["a"]), "the child starts with the parent's table"
+    assert _ids(m.block_tables["a.1"]) == _ids(m.block_tables["a"]), (
+        "the child starts with the parent's table"
+    )
     assert int(m.num_free_blocks) == 6, "a fork copies no memory"
     new = _ids(m.append("a"))
-    assert len(new) == 1 and len(m.copies) == 1, "writing into a block someone else also holds needs a copy first"
+    assert len(new) == 1 and len(m.copies) == 1, (
+        "writing into a block someone else also holds needs a copy first"
+    )
     assert _ids(m.append("a.1")) == [], "after the copy, the other sequence owns the original alone"
     m.free("a")
     m.free("a.1")
-    assert int(m.num_free_blocks) == 8 and all(int(r) == 0 for r in m.ref_cnt), "every reference is given back"
+    assert int(m.num_free_blocks) == 8 and all(int(r) == 0 for r in m.ref_cnt), (
+        "every reference is given back"
+    )
 
 
 @hidden("02.fork_cow")
@@ -315,33 +361,56 @@ def _(ForkingBlockManager, rng, scenario):
         obj.append("a")
         obj.fork("b", "c")
         obj.append("c")
-    assert [(int(s), int(d)) for s, d in m.copies] == ref.kv.pop_pending_copies(), \
+    assert [(int(s), int(d)) for s, d in m.copies] == ref.kv.pop_pending_copies(), (
         "the list of copies (source, destination) is not right on an unseen trace"
+    )
     return result
 
 
 # --- 02.max_concurrent ---------------------------------------------------------------------------
 
-@question("02.max_concurrent", points=2, answers=["max_concurrent"],
-          forbid=["lab_utils.kv.workload:max_concurrent_requests"])
+
+@question(
+    "02.max_concurrent",
+    points=2,
+    answers=["max_concurrent"],
+    forbid=["lab_utils.kv.workload:max_concurrent_requests"],
+)
 def _(max_concurrent):
     """Requests that fit at once in one KV budget: contiguous slabs vs paged blocks."""
     got = tuple(int(x) for x in max_concurrent(100, 50, 500, 6000, 16))
-    assert len(got) == 2 and got[0] < got[1], "(contiguous, paged): paged should fit more when answers stop early"
-    assert tuple(int(x) for x in max_concurrent(1, 1, 1, 16, 16))[1] == 1, \
+    assert len(got) == 2 and got[0] < got[1], (
+        "(contiguous, paged): paged should fit more when answers stop early"
+    )
+    assert tuple(int(x) for x in max_concurrent(1, 1, 1, 16, 16))[1] == 1, (
         "a paged request holds whole blocks, however few tokens it has"
+    )
 
 
 @hidden("02.max_concurrent")
 def _(max_concurrent, rng, scenario):
     from lab_utils.kv.workload import max_concurrent_requests
 
-    cases = [(scenario["prompt_len"], scenario["output_len"], scenario["max_tokens"], scenario["capacity_tokens"],
-              scenario["block_size"])]
+    cases = [
+        (
+            scenario["prompt_len"],
+            scenario["output_len"],
+            scenario["max_tokens"],
+            scenario["capacity_tokens"],
+            scenario["block_size"],
+        )
+    ]
     for _ in range(15):
         out = rng.randint(1, 600)
-        cases.append((rng.randint(1, 600), out, out + rng.randint(0, 1500), rng.randint(256, 65536),
-                      rng.choice([1, 8, 16, 32, 128])))
+        cases.append(
+            (
+                rng.randint(1, 600),
+                out,
+                out + rng.randint(0, 1500),
+                rng.randint(256, 65536),
+                rng.choice([1, 8, 16, 32, 128]),
+            )
+        )
     passed = 0
     for args in cases:
         want = max_concurrent_requests(*args)
@@ -350,6 +419,7 @@ def _(max_concurrent, rng, scenario):
 
 
 # --- 02.prefix_saving (predict, then measure) ------------------------------------------------------
+
 
 def blocks_saved(scenario: dict) -> int:
     """The reference: KV blocks in use for all users at once without prefix caching, minus with it."""
@@ -371,16 +441,20 @@ def blocks_saved(scenario: dict) -> int:
 def _(PREDICTED_BLOCKS_SAVED):
     """Predict the KV blocks prefix caching saves for the scenario's users (graded exactly: it is a count)."""
     got = float(PREDICTED_BLOCKS_SAVED)
-    assert math.isfinite(got) and got == int(got) and got >= 0, "a number of blocks: a whole number, not negative"
+    assert math.isfinite(got) and got == int(got) and got >= 0, (
+        "a number of blocks: a whole number, not negative"
+    )
 
 
 @hidden("02.prefix_saving")
 def _(PREDICTED_BLOCKS_SAVED, rng, scenario):
-    assert int(PREDICTED_BLOCKS_SAVED) == blocks_saved(scenario), \
+    assert int(PREDICTED_BLOCKS_SAVED) == blocks_saved(scenario), (
         "the prediction does not match the block pool for the grader's scenario"
+    )
 
 
 # --- 02.vllm_hits ----------------------------------------------------------------------------------
+
 
 def _hits_by_manager(shared: int, num_requests: int, block_size: int) -> int:
     from lab_utils.kv import KVCacheManager, Request

@@ -13,8 +13,10 @@ import math
 
 from lab_utils.grading.registry import hidden, question, scenario
 
-_SCHEDULE_REFS = ["lab_utils.sim.scheduler:reference_schedule",
-                  "lab_utils.engine.scheduler:Scheduler.reference_schedule"]
+_SCHEDULE_REFS = [
+    "lab_utils.sim.scheduler:reference_schedule",
+    "lab_utils.engine.scheduler:Scheduler.reference_schedule",
+]
 
 
 @scenario("03")
@@ -62,9 +64,12 @@ def triton_scenario(s: dict):
     """(workload, cost model) of scenario `s`'s dynamic-batcher exercise."""
     from lab_utils.sim import StepCostModel, poisson_workload
 
-    workload = poisson_workload(s["triton_num_requests"], s["triton_rate"], prompt_len=1, output_len=1,
-                                seed=s["triton_seed"])
-    return workload, StepCostModel(fixed_s=s["triton_fixed_ms"] / 1e3, per_token_s=s["triton_per_item_ms"] / 1e3)
+    workload = poisson_workload(
+        s["triton_num_requests"], s["triton_rate"], prompt_len=1, output_len=1, seed=s["triton_seed"]
+    )
+    return workload, StepCostModel(
+        fixed_s=s["triton_fixed_ms"] / 1e3, per_token_s=s["triton_per_item_ms"] / 1e3
+    )
 
 
 def _close(value, expected: float, rel: float = 0.02) -> bool:
@@ -82,16 +87,24 @@ def _fraction(passed: int, total: int, what: str) -> float | None:
 
 # --- 03.static_utilisation ---------------------------------------------------------------------
 
+
 def _simulated_utilisation(lens: list[int]) -> float:
     from lab_utils.sim import StaticBatching, StepCostModel, fixed_workload, simulate, summarize
 
-    run = simulate(fixed_workload([1] * len(lens), list(lens)), StaticBatching(len(lens)),
-                   StepCostModel(fixed_s=0.01, per_token_s=0.0))
+    run = simulate(
+        fixed_workload([1] * len(lens), list(lens)),
+        StaticBatching(len(lens)),
+        StepCostModel(fixed_s=0.01, per_token_s=0.0),
+    )
     return summarize(run).slot_utilisation
 
 
-@question("03.static_utilisation", points=2, answers=["static_slot_utilisation"],
-          forbid=["lab_utils.sim.metrics:slot_utilisation"])
+@question(
+    "03.static_utilisation",
+    points=2,
+    answers=["static_slot_utilisation"],
+    forbid=["lab_utils.sim.metrics:slot_utilisation"],
+)
 def _(static_slot_utilisation):
     """Fraction of slot-steps of one static batch that produce a token."""
     assert _close(static_slot_utilisation([10, 10]), 1.0, 1e-9), "requests of equal length waste no slot"
@@ -109,6 +122,7 @@ def _(static_slot_utilisation, rng, scenario):
 
 
 # --- 03.queue_ratios ---------------------------------------------------------------------------
+
 
 def queue_ratios(s: dict) -> dict[str, float]:
     """The reference: the three ratios of scenario `s`, measured on the simulator at a flat step cost."""
@@ -128,33 +142,48 @@ def queue_ratios(s: dict) -> dict[str, float]:
     queued = fixed_workload([P] * (B + extra), outs + [short] * extra)
     horizon = float(long_) + 1e-9  # prefill samples the first token, so long_ steps finish the long one
     done = {}
-    for name, policy in (("static", StaticBatching(B)), ("continuous", ContinuousBatching(B, max(2048, B * P)))):
+    for name, policy in (
+        ("static", StaticBatching(B)),
+        ("continuous", ContinuousBatching(B, max(2048, B * P))),
+    ):
         run = simulate(queued, policy, flat)
         finished = sum(1 for r in run.requests if r.finish_time <= horizon)
         produced = sum(len(st.sampled) for st in run.steps if st.end <= horizon)
         done[name] = (finished, produced)
-    return {"RATIO_SAME_MIX": same_mix,
-            "RATIO_SHORT_QUEUE_REQUESTS": done["continuous"][0] / done["static"][0],
-            "RATIO_SHORT_QUEUE_TOKENS": done["continuous"][1] / done["static"][1]}
+    return {
+        "RATIO_SAME_MIX": same_mix,
+        "RATIO_SHORT_QUEUE_REQUESTS": done["continuous"][0] / done["static"][0],
+        "RATIO_SHORT_QUEUE_TOKENS": done["continuous"][1] / done["static"][1],
+    }
 
 
-@question("03.queue_ratios", points=3,
-          answers=["RATIO_SAME_MIX", "RATIO_SHORT_QUEUE_REQUESTS", "RATIO_SHORT_QUEUE_TOKENS"])
+@question(
+    "03.queue_ratios",
+    points=3,
+    answers=["RATIO_SAME_MIX", "RATIO_SHORT_QUEUE_REQUESTS", "RATIO_SHORT_QUEUE_TOKENS"],
+)
 def _(RATIO_SAME_MIX, RATIO_SHORT_QUEUE_REQUESTS, RATIO_SHORT_QUEUE_TOKENS):
     """Continuous / static ratios for the scenario's batch under three queue assumptions (2% tolerance)."""
-    values = {"RATIO_SAME_MIX": RATIO_SAME_MIX, "RATIO_SHORT_QUEUE_REQUESTS": RATIO_SHORT_QUEUE_REQUESTS,
-              "RATIO_SHORT_QUEUE_TOKENS": RATIO_SHORT_QUEUE_TOKENS}
+    values = {
+        "RATIO_SAME_MIX": RATIO_SAME_MIX,
+        "RATIO_SHORT_QUEUE_REQUESTS": RATIO_SHORT_QUEUE_REQUESTS,
+        "RATIO_SHORT_QUEUE_TOKENS": RATIO_SHORT_QUEUE_TOKENS,
+    }
     for name, value in values.items():
         v = float(value)
-        assert math.isfinite(v) and v >= 1.0, \
+        assert math.isfinite(v) and v >= 1.0, (
             f"{name}: continuous batching never does less work per step than a static batch here"
+        )
 
 
 @hidden("03.queue_ratios")
 def _(RATIO_SAME_MIX, RATIO_SHORT_QUEUE_REQUESTS, RATIO_SHORT_QUEUE_TOKENS, rng, scenario):
     want = queue_ratios(scenario)
-    got = {"RATIO_SAME_MIX": RATIO_SAME_MIX, "RATIO_SHORT_QUEUE_REQUESTS": RATIO_SHORT_QUEUE_REQUESTS,
-           "RATIO_SHORT_QUEUE_TOKENS": RATIO_SHORT_QUEUE_TOKENS}
+    got = {
+        "RATIO_SAME_MIX": RATIO_SAME_MIX,
+        "RATIO_SHORT_QUEUE_REQUESTS": RATIO_SHORT_QUEUE_REQUESTS,
+        "RATIO_SHORT_QUEUE_TOKENS": RATIO_SHORT_QUEUE_TOKENS,
+    }
     wrong = [k for k in want if not _close(got[k], want[k])]
     if len(wrong) == len(want):
         raise AssertionError("none of the ratios matches the grader's scenario")
@@ -163,6 +192,7 @@ def _(RATIO_SAME_MIX, RATIO_SHORT_QUEUE_REQUESTS, RATIO_SHORT_QUEUE_TOKENS, rng,
 
 # --- 03.predict_gain and 03.measured_gain ------------------------------------------------------
 
+
 def no_queue_gain(s: dict) -> float:
     """The reference model: the simulator's continuous / static tokens-per-second ratio for the batch."""
     from lab_utils.sim import ContinuousBatching, StaticBatching, simulate, summarize
@@ -170,7 +200,9 @@ def no_queue_gain(s: dict) -> float:
     batch, cost = scenario_batch(s), scenario_cost(s)
     B = s["batch_size"]
     static = summarize(simulate(batch, StaticBatching(B, pad_finished=True), cost)).output_tokens_per_s
-    cont = summarize(simulate(batch, ContinuousBatching(B, max(2048, B * s["prompt_len"])), cost)).output_tokens_per_s
+    cont = summarize(
+        simulate(batch, ContinuousBatching(B, max(2048, B * s["prompt_len"])), cost)
+    ).output_tokens_per_s
     return cont / static
 
 
@@ -187,8 +219,9 @@ def _(PREDICTED_NO_QUEUE_GAIN):
 
 @hidden("03.predict_gain")
 def _(PREDICTED_NO_QUEUE_GAIN, rng, scenario):
-    assert _close(PREDICTED_NO_QUEUE_GAIN, no_queue_gain(scenario), GAIN_TOLERANCE), \
+    assert _close(PREDICTED_NO_QUEUE_GAIN, no_queue_gain(scenario), GAIN_TOLERANCE), (
         "the prediction is more than 3% away from the simulator on the grader's scenario"
+    )
 
 
 @question("03.measured_gain", points=2, answers=["MEASURED_GAIN"])
@@ -208,17 +241,21 @@ def _(MEASURED_GAIN, rng, scenario):
     raw = MEASURED_GAIN.raw_samples()
     lens = sorted(int(s[0]) for s in raw["static"])
     want_lens = sorted([scenario["short_len"]] * (scenario["batch_size"] - 1) + [scenario["long_len"]])
-    assert lens == want_lens and int(raw["batch_size"]) == scenario["batch_size"], \
+    assert lens == want_lens and int(raw["batch_size"]) == scenario["batch_size"], (
         "the measurement is not of the scenario's batch"
+    )
     ratio = _throughput(raw["continuous"]) / _throughput(raw["static"])
     assert _close(ratio, no_queue_gain(scenario), 1e-6), "the samples do not re-derive the scenario's gain"
 
 
 # --- 03.continuous_step ------------------------------------------------------------------------
 
+
 def _canonical(res) -> tuple:
-    reqs = [(r.request_id, r.scheduled_time, r.first_token_time, r.finish_time, r.num_preemptions)
-            for r in res.requests]
+    reqs = [
+        (r.request_id, r.scheduled_time, r.first_token_time, r.finish_time, r.num_preemptions)
+        for r in res.requests
+    ]
     steps = [(sorted(s.prefill.items()), sorted(s.decode), tuple(s.preempted)) for s in res.steps]
     return reqs, steps
 
@@ -242,12 +279,16 @@ def _(my_schedule):
     """A continuous-batching schedule step (running first, then waiting, one budget, preemption)."""
     from lab_utils.sim import ContinuousBatching, fixed_workload
 
-    assert _same_plans(my_schedule, fixed_workload([4, 4, 4, 6], [3, 1, 2, 2]),
-                       ContinuousBatching(max_num_seqs=2, max_num_batched_tokens=100)), \
-        "a small trace without memory pressure: is a freed slot refilled in the same step?"
-    assert _same_plans(my_schedule, fixed_workload([4, 4, 4], [5, 5, 3]),
-                       ContinuousBatching(max_num_seqs=3, max_num_batched_tokens=64, num_kv_blocks=4, block_size=4)), \
-        "a trace that runs out of KV blocks: who is preempted, and is anyone admitted in that step?"
+    assert _same_plans(
+        my_schedule,
+        fixed_workload([4, 4, 4, 6], [3, 1, 2, 2]),
+        ContinuousBatching(max_num_seqs=2, max_num_batched_tokens=100),
+    ), "a small trace without memory pressure: is a freed slot refilled in the same step?"
+    assert _same_plans(
+        my_schedule,
+        fixed_workload([4, 4, 4], [5, 5, 3]),
+        ContinuousBatching(max_num_seqs=3, max_num_batched_tokens=64, num_kv_blocks=4, block_size=4),
+    ), "a trace that runs out of KV blocks: who is preempted, and is anyone admitted in that step?"
 
 
 def _random_trace(rng):
@@ -255,9 +296,13 @@ def _random_trace(rng):
 
     bs, seqs = rng.choice([2, 4, 8]), rng.randint(1, 6)
     budget, chunk = rng.randint(seqs, 40), rng.random() < 0.7
-    wl = poisson_workload(rng.randint(3, 18), rng.uniform(0.5, 8.0),
-                          LengthDist("uniform", low=2, high=30 if chunk else max(3, budget // 2)),
-                          LengthDist("uniform", low=1, high=12), seed=rng.randint(0, 10**6))
+    wl = poisson_workload(
+        rng.randint(3, 18),
+        rng.uniform(0.5, 8.0),
+        LengthDist("uniform", low=2, high=30 if chunk else max(3, budget // 2)),
+        LengthDist("uniform", low=1, high=12),
+        seed=rng.randint(0, 10**6),
+    )
     if not chunk:
         wl = [w for w in wl if w.prompt_len + w.output_len <= budget] or wl[:0]
     if not wl:
@@ -276,6 +321,7 @@ def _(my_schedule, rng, scenario):
 
 # --- 03.goodput --------------------------------------------------------------------------------
 
+
 def _reference_goodput(reqs, ttft_slo: float, tpot_slo: float) -> float:
     from lab_utils.sim import SLO, goodput
     from lab_utils.sim.results import RequestRecord, SimResult
@@ -293,8 +339,9 @@ def _(goodput_rps):
     """Requests per second that met a TTFT and a TPOT objective."""
     reqs = [(0.0, 0.2, 1.2, 11), (0.5, 1.5, 2.0, 6), (2.0, 2.3, 2.3, 1)]
     loose = float(goodput_rps(list(reqs), 10.0, 10.0))
-    assert _close(loose, len(reqs) / 2.3, 1e-9), \
+    assert _close(loose, len(reqs) / 2.3, 1e-9), (
         "when every request meets the objective, goodput is the request rate over the whole run"
+    )
     tight = float(goodput_rps(list(reqs), 0.5, 10.0))
     assert 0 < tight < loose, "a request that waits too long for its first token does not count"
 
@@ -311,19 +358,23 @@ def _(goodput_rps, rng, scenario):
             reqs.append((arrival, first, first + (n - 1) * rng.uniform(0.01, 0.3), n))
         ttft, tpot = rng.uniform(0.1, 2.0), rng.uniform(0.02, 0.3)
         want = _reference_goodput(reqs, ttft, tpot)
-        passed += _close(goodput_rps([tuple(r) for r in reqs], ttft, tpot), want, 1e-6) or \
-            (want == 0 and float(goodput_rps([tuple(r) for r in reqs], ttft, tpot)) == 0)
+        passed += _close(goodput_rps([tuple(r) for r in reqs], ttft, tpot), want, 1e-6) or (
+            want == 0 and float(goodput_rps([tuple(r) for r in reqs], ttft, tpot)) == 0
+        )
     return _fraction(passed, total, "request sets")
 
 
 # --- 03.dynamic_batcher ------------------------------------------------------------------------
+
 
 def batcher_outcome(s: dict, delay_us: int, preferred) -> tuple[float, float]:
     """(p99 latency in ms, mean batch size) of a dynamic-batcher setting on scenario `s`."""
     from lab_utils.sim import DynamicBatching, simulate, summarize
 
     workload, cost = triton_scenario(s)
-    res = simulate(workload, DynamicBatching(s["triton_max_batch_size"], tuple(preferred), int(delay_us)), cost)
+    res = simulate(
+        workload, DynamicBatching(s["triton_max_batch_size"], tuple(preferred), int(delay_us)), cost
+    )
     return summarize(res).e2e_p99 * 1e3, len(res.requests) / len(res.steps)
 
 
@@ -343,8 +394,9 @@ def _(MAX_QUEUE_DELAY_US, PREFERRED_BATCH_SIZE):
 
 
 # the settings the notebook explores; the best of them sets the bar (a better one outside it is fine)
-TRITON_GRID = [(pref, delay) for pref in [(), (4,), (8,), (4, 8), (16,)]
-               for delay in [0, 5_000, 10_000, 20_000, 30_000]]
+TRITON_GRID = [
+    (pref, delay) for pref in [(), (4,), (8,), (4, 8), (16,)] for delay in [0, 5_000, 10_000, 20_000, 30_000]
+]
 P99_SLACK = 0.15  # full points within 15% of the best p99 that meets the mean batch
 
 
@@ -353,19 +405,24 @@ def _(MAX_QUEUE_DELAY_US, PREFERRED_BATCH_SIZE, rng, scenario):
     p99_ms, mean_batch = batcher_outcome(scenario, int(MAX_QUEUE_DELAY_US), _preferred(PREFERRED_BATCH_SIZE))
     if p99_ms > scenario["triton_p99_slo_ms"] or mean_batch < scenario["triton_min_mean_batch"]:
         raise AssertionError("the setting misses an objective of the grader's scenario")
-    best = min(p for p, b in (batcher_outcome(scenario, d, pref) for pref, d in TRITON_GRID)
-               if b >= scenario["triton_min_mean_batch"])
+    best = min(
+        p
+        for p, b in (batcher_outcome(scenario, d, pref) for pref, d in TRITON_GRID)
+        if b >= scenario["triton_min_mean_batch"]
+    )
     return None if p99_ms <= best * (1 + P99_SLACK) else 0.5
 
 
 # --- 03.relative_error -------------------------------------------------------------------------
 
+
 @question("03.relative_error", points=1, answers=["relative_error"])
 def _(relative_error):
     """Signed relative error of a prediction against a measurement."""
     assert abs(float(relative_error(3.0, 3.0))) < 1e-12, "a perfect prediction has no error"
-    assert float(relative_error(110.0, 100.0)) > 0 > float(relative_error(90.0, 100.0)), \
+    assert float(relative_error(110.0, 100.0)) > 0 > float(relative_error(90.0, 100.0)), (
         "positive when the simulator over-predicts"
+    )
 
 
 @hidden("03.relative_error")

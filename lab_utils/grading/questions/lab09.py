@@ -23,13 +23,23 @@ def _(rng):
     return {
         "ttft_slo_s": rng.choice([0.75, 1.0, 1.5, 2.0]),
         "tpot_slo_s": rng.choice([0.15, 0.2, 0.25, 0.3]),
-        "replica": {"fixed_s": rng.choice([0.02, 0.025, 0.03]), "per_seq_s": rng.choice([0.003, 0.004, 0.006]),
-                    "max_seqs": rng.choice([8, 16]), "output_tokens": rng.choice([48, 64, 96]),
-                    "input_tokens": 64, "cold_start_s": rng.choice([35.0, 60.0, 90.0]),
-                    "ttft_slo_s": rng.choice([1.5, 2.0, 3.0]), "tpot_slo_s": 0.2},
-        "trace": {"hours": rng.choice([3, 4]), "base_rps": rng.choice([2.0, 4.0, 6.0]),
-                  "peak_rps": rng.choice([15.0, 20.0, 30.0]), "bursts": rng.randint(3, 8),
-                  "seed": rng.randint(0, 10_000)},
+        "replica": {
+            "fixed_s": rng.choice([0.02, 0.025, 0.03]),
+            "per_seq_s": rng.choice([0.003, 0.004, 0.006]),
+            "max_seqs": rng.choice([8, 16]),
+            "output_tokens": rng.choice([48, 64, 96]),
+            "input_tokens": 64,
+            "cold_start_s": rng.choice([35.0, 60.0, 90.0]),
+            "ttft_slo_s": rng.choice([1.5, 2.0, 3.0]),
+            "tpot_slo_s": 0.2,
+        },
+        "trace": {
+            "hours": rng.choice([3, 4]),
+            "base_rps": rng.choice([2.0, 4.0, 6.0]),
+            "peak_rps": rng.choice([15.0, 20.0, 30.0]),
+            "bursts": rng.randint(3, 8),
+            "seed": rng.randint(0, 10_000),
+        },
         "gpu": rng.choice(_GPUS),
     }
 
@@ -42,6 +52,7 @@ def _close(a: float, b: float, rel: float = 1e-9) -> bool:
 
 # --- 09.percentiles -----------------------------------------------------------------------------
 
+
 def _pct(xs, q):
     xs = sorted(xs)
     pos = (len(xs) - 1) * q / 100
@@ -50,9 +61,16 @@ def _pct(xs, q):
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-@question("09.percentiles", points=2, answers=["percentiles"],
-          forbid=["lab_utils.clients.loadgen:percentile", "lab_utils.bench.load:percentiles",
-                  "lab_utils.sim.metrics:percentile"])
+@question(
+    "09.percentiles",
+    points=2,
+    answers=["percentiles"],
+    forbid=[
+        "lab_utils.clients.loadgen:percentile",
+        "lab_utils.bench.load:percentiles",
+        "lab_utils.sim.metrics:percentile",
+    ],
+)
 def _(percentiles):
     """Percentiles 0-100 of a sample, linear interpolation between sorted ranks."""
     got = [float(v) for v in percentiles([3.0, 1.0, 2.0, 4.0], [50, 99])]
@@ -75,6 +93,7 @@ def _(percentiles, rng, scenario):
 
 # --- 09.goodput ---------------------------------------------------------------------------------
 
+
 def _ref_goodput(records, ttft_slo, tpot_slo, duration):
     good = 0
     for r in records:
@@ -89,22 +108,36 @@ def _records(rng, n):
     out = []
     for _ in range(n):
         ok = rng.random() > 0.1
-        out.append({"ok": ok, "ttft": round(rng.expovariate(2.0), 4) if ok else None,
-                    "tpot": (round(rng.uniform(0.02, 0.4), 4) if rng.random() > 0.1 else None) if ok else None})
+        out.append(
+            {
+                "ok": ok,
+                "ttft": round(rng.expovariate(2.0), 4) if ok else None,
+                "tpot": (round(rng.uniform(0.02, 0.4), 4) if rng.random() > 0.1 else None) if ok else None,
+            }
+        )
     return out
 
 
-@question("09.goodput", points=2, answers=["goodput"],
-          forbid=["lab_utils.bench.load:goodput_rps", "lab_utils.sim.metrics:goodput"])
+@question(
+    "09.goodput",
+    points=2,
+    answers=["goodput"],
+    forbid=["lab_utils.bench.load:goodput_rps", "lab_utils.sim.metrics:goodput"],
+)
 def _(goodput):
     """Requests per second meeting both the TTFT and the TPOT target."""
-    recs = [{"ok": True, "ttft": 0.2, "tpot": 0.05}, {"ok": True, "ttft": 0.3, "tpot": 0.5},
-            {"ok": False, "ttft": None, "tpot": None}, {"ok": True, "ttft": 2.0, "tpot": 0.05}]
+    recs = [
+        {"ok": True, "ttft": 0.2, "tpot": 0.05},
+        {"ok": True, "ttft": 0.3, "tpot": 0.5},
+        {"ok": False, "ttft": None, "tpot": None},
+        {"ok": True, "ttft": 2.0, "tpot": 0.05},
+    ]
     g = float(goodput(recs, 1.0, 0.1, 2.0))
     assert 0 <= g <= 2.0, "goodput is a rate of requests over the run's duration, at most the request rate"
     assert g < 1.5, "a request must meet both targets, and a failed one meets nothing"
-    assert float(goodput(recs, 10.0, 10.0, 4.0)) < float(goodput(recs, 10.0, 10.0, 2.0)), \
+    assert float(goodput(recs, 10.0, 10.0, 4.0)) < float(goodput(recs, 10.0, 10.0, 2.0)), (
         "the same requests over a longer run are a lower rate"
+    )
 
 
 @hidden("09.goodput")
@@ -113,24 +146,36 @@ def _(goodput, rng, scenario):
     for _ in range(20):
         recs = _records(rng, rng.randint(1, 40))
         a, b, d = rng.choice([0.25, 0.5, 1.0, 2.0]), rng.choice([0.05, 0.1, 0.2]), rng.uniform(1, 30)
-        wrong += not _close(float(goodput([dict(r) for r in recs], a, b, d)), _ref_goodput(recs, a, b, d), 1e-9)
-    assert not wrong, f"wrong on {wrong} of 20 unseen runs (think about failed requests and one-token answers)"
+        wrong += not _close(
+            float(goodput([dict(r) for r in recs], a, b, d)), _ref_goodput(recs, a, b, d), 1e-9
+        )
+    assert not wrong, (
+        f"wrong on {wrong} of 20 unseen runs (think about failed requests and one-token answers)"
+    )
 
 
 # --- 09.knee_rate (predict, then the sweep measures it) -----------------------------------------
+
 
 def _ref_knee(f, p, n, b):
     return b / (n * (f + p * b))
 
 
-@question("09.knee_rate", points=3, answers=["knee_rate"], predict=True,
-          forbid=["lab_utils.bench.load:knee_rate_model", "lab_utils.bench.autoscale:ReplicaModel.step"])
+@question(
+    "09.knee_rate",
+    points=3,
+    answers=["knee_rate"],
+    predict=True,
+    forbid=["lab_utils.bench.load:knee_rate_model", "lab_utils.bench.autoscale:ReplicaModel.step"],
+)
 def _(knee_rate):
     """Requests/s a replica sustains from its step cost, output length and slot count."""
     a = float(knee_rate(0.02, 0.005, 16, 8))
     b = float(knee_rate(0.02, 0.005, 32, 8))
     assert a > 0, "a positive rate"
-    assert 1.9 < a / b < 2.1, "twice the output tokens per request: how many steps does each request hold a slot?"
+    assert 1.9 < a / b < 2.1, (
+        "twice the output tokens per request: how many steps does each request hold a slot?"
+    )
 
 
 @hidden("09.knee_rate")
@@ -144,12 +189,15 @@ def _(knee_rate, rng, scenario):
 
 # --- 09.coordinated_omission (measured) ----------------------------------------------------------
 
+
 def _stamped(obj, cls, what):
     from lab_utils.grading.provenance import verify
 
     if not isinstance(obj, cls) or not verify(obj):
-        raise AssertionError(f"{what} must be the object the lab's measuring code returned in this run, "
-                             "unchanged; a typed-in or edited value cannot be checked")
+        raise AssertionError(
+            f"{what} must be the object the lab's measuring code returned in this run, "
+            "unchanged; a typed-in or edited value cannot be checked"
+        )
     return obj
 
 
@@ -162,15 +210,20 @@ def _co_gap(run) -> float:
     return _pct([r.finish - due[r.request_id] for r in ok], 95) - _pct([r.e2e for r in ok], 95)
 
 
-@question("09.coordinated_omission", points=2, answers=["co_run", "co_hidden_s"],
-          forbid=["lab_utils.bench.load:latency_from_intended"])
+@question(
+    "09.coordinated_omission",
+    points=2,
+    answers=["co_run", "co_hidden_s"],
+    forbid=["lab_utils.bench.load:latency_from_intended"],
+)
 def _(co_run, co_hidden_s):
     """The capped open-loop run, and how much of its p95 latency the actual send times hide."""
     from lab_utils.clients.loadgen import LoadResult
 
     run = _stamped(co_run, LoadResult, "co_run")
-    assert run.settings.get("rate") and run.settings.get("concurrency"), \
+    assert run.settings.get("rate") and run.settings.get("concurrency"), (
         "an open-loop run (a rate) whose sends wait for a capped number of slots"
+    )
     assert float(co_hidden_s) >= 0, "latency counted from when a request was due is never shorter"
 
 
@@ -181,13 +234,17 @@ def _(co_run, co_hidden_s, rng, scenario):
     run = _stamped(co_run, LoadResult, "co_run")
     want = _co_gap(LoadResult.from_raw(run.raw_samples()))
     if not abs(float(co_hidden_s) - want) <= 1e-6 + 1e-6 * abs(want):
-        raise AssertionError("co_hidden_s is not p95 latency from the due times minus p95 from the send times")
+        raise AssertionError(
+            "co_hidden_s is not p95 latency from the due times minus p95 from the send times"
+        )
 
 
 # --- 09.littles_law (measured) -------------------------------------------------------------------
 
-@question("09.littles_law", points=2, answers=["sweep", "little_L"],
-          forbid=["lab_utils.bench.load:littles_law"])
+
+@question(
+    "09.littles_law", points=2, answers=["sweep", "little_L"], forbid=["lab_utils.bench.load:littles_law"]
+)
 def _(sweep, little_L):
     """The open-loop sweep, and lambda * W per level from the client's records."""
     from lab_utils.bench.load import Sweep
@@ -215,6 +272,7 @@ def _(sweep, little_L, rng, scenario):
 
 # --- 09.scaling_policy (graded on unseen traces) ------------------------------------------------
 
+
 def _model(scn):
     from lab_utils.bench.autoscale import ReplicaModel
 
@@ -227,19 +285,37 @@ def _run(policy, trace, model):
     return simulate(trace, policy, model, interval_s=30, max_replicas=64)
 
 
-@question("09.scaling_policy", points=4, answers=["my_policy"],
-          forbid=["lab_utils.bench.autoscale:capacity_policy"])
+@question(
+    "09.scaling_policy", points=4, answers=["my_policy"], forbid=["lab_utils.bench.autoscale:capacity_policy"]
+)
 def _(my_policy):
     """A scaling policy: observation dict -> desired replicas; meets the SLO on a public one-hour trace."""
     from lab_utils.bench.autoscale import ReplicaModel, make_trace
 
-    obs = {"t": 30.0, "replicas": 2, "ready": 2, "rps": 3.0, "queue": 0.0, "running": 3.0, "kv_usage": 0.4,
-           "util": 0.95, "ttft_p95": 0.3, "capacity_rps": 2.0, "max_seqs": 8, "interval_s": 30,
-           "min_replicas": 1, "max_replicas": 64, "cold_start_s": 40.0, "ttft_slo_s": 2.0}
+    obs = {
+        "t": 30.0,
+        "replicas": 2,
+        "ready": 2,
+        "rps": 3.0,
+        "queue": 0.0,
+        "running": 3.0,
+        "kv_usage": 0.4,
+        "util": 0.95,
+        "ttft_p95": 0.3,
+        "capacity_rps": 2.0,
+        "max_seqs": 8,
+        "interval_s": 30,
+        "min_replicas": 1,
+        "max_replicas": 64,
+        "cold_start_s": 40.0,
+        "ttft_slo_s": 2.0,
+    }
     assert int(my_policy(dict(obs))) >= 1, "return a whole number of replicas, at least one"
     run = _run(my_policy, make_trace(1.0, base_rps=3, peak_rps=12, bursts=2, seed=1), ReplicaModel())
-    assert run.slo_attainment >= 0.85, "on a public one-hour trace fewer than 85% of requests met the SLO: " \
-                                       "react to the load before a queue forms, and to the queue when one does"
+    assert run.slo_attainment >= 0.85, (
+        "on a public one-hour trace fewer than 85% of requests met the SLO: "
+        "react to the load before a queue forms, and to the queue when one does"
+    )
 
 
 @hidden("09.scaling_policy")
@@ -248,7 +324,7 @@ def _(my_policy, rng, scenario):
 
     model = _model(scenario)
     passed, n = 0, 3
-    for k in range(n):
+    for _ in range(n):
         tr = dict(scenario["trace"])
         tr["seed"] = rng.randint(0, 10**6)
         tr["hours"] = rng.choice([2, 3])
@@ -267,14 +343,20 @@ def _(my_policy, rng, scenario):
 
 # --- 09.cost_per_mtok -----------------------------------------------------------------------------
 
-@question("09.cost_per_mtok", points=2, answers=["cost_per_mtok"],
-          forbid=["lab_utils.bench.autoscale:AutoscaleRun.cost_per_million_tokens"])
+
+@question(
+    "09.cost_per_mtok",
+    points=2,
+    answers=["cost_per_mtok"],
+    forbid=["lab_utils.bench.autoscale:AutoscaleRun.cost_per_million_tokens"],
+)
 def _(cost_per_mtok):
     """Dollars per million output tokens from the replicas paid each interval, the price and the tokens."""
     a = float(cost_per_mtok([2, 2, 4], 60, 3.0, 1_000_000))
     assert a > 0, "a positive price"
-    assert _close(float(cost_per_mtok([2, 2, 4], 60, 3.0, 2_000_000)), a / 2, 1e-9), \
+    assert _close(float(cost_per_mtok([2, 2, 4], 60, 3.0, 2_000_000)), a / 2, 1e-9), (
         "twice the tokens for the same replica time: half the price per token"
+    )
 
 
 @hidden("09.cost_per_mtok")

@@ -19,6 +19,7 @@ class TritonPythonModel:
         out = []
         for r in requests:
             x = pb_utils.get_input_tensor_by_name(r, "x").as_numpy()
-            out.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("total", np.array([x.sum()], dtype=np.float32))]))
+            out.append(
+                pb_utils.InferenceResponse([pb_utils.Tensor("total", np.array([x.sum()], dtype=np.float32))])
+            )
         return out

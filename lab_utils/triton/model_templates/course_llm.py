@@ -50,7 +50,8 @@ class TritonPythonModel:
     def prompt_ids(self, text):
         if self.chat:
             text = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+            )
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def greedy(self, ids, max_tokens):
@@ -118,8 +119,11 @@ class TritonPythonModel:
             text = self.decode(new)
             if text.endswith("\ufffd"):  # half of a multi-byte character: wait for the rest
                 continue
-            piece, sent = text[len(sent):], text
+            piece, sent = text[len(sent) :], text
             if piece:
-                sender.send(pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("text_output", np.array([piece.encode()], dtype=object))]))
+                sender.send(
+                    pb_utils.InferenceResponse(
+                        [pb_utils.Tensor("text_output", np.array([piece.encode()], dtype=object))]
+                    )
+                )
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)

@@ -33,7 +33,7 @@ class TritonPythonModel:
                 h = np.maximum(h, 0.0)
         responses, start = [], 0
         for x in xs:
-            y = h[start:start + len(x)]
+            y = h[start : start + len(x)]
             start += len(x)
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", y.astype(np.float32))]))
         return responses

@@ -12,6 +12,9 @@ class TritonPythonModel:
         out = []
         for r in requests:
             x = pb_utils.get_input_tensor_by_name(r, "x").as_numpy()
-            out.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("version", np.full_like(x, self.version, dtype=np.int32))]))
+            out.append(
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("version", np.full_like(x, self.version, dtype=np.int32))]
+                )
+            )
         return out
