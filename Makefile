@@ -68,10 +68,13 @@ lab: setup
 	$(VENV)/bin/jupyter lab --ip 127.0.0.1 --port $(LAB_PORT) --no-browser $(ROOT_FLAG) --notebook-dir labs
 
 test: setup test-tools
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m lab_utils.nbgen --check
 	$(PY) -m pytest -ra $(PYTEST_ARGS)
 
 test-fast: venv
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -ra -m "not slow" $(PYTEST_ARGS)
 
 # Any Python starts it: without a GPU it continues in .venv (created if missing); with one it
