@@ -243,7 +243,12 @@ def test_over_max_concurrent_requests_is_overloaded(router):
     from text_generation import Client
     from text_generation.errors import OverloadedError
 
-    body = {"inputs": "Count to five hundred: 1, 2, 3, 4, 5,", "parameters": {"max_new_tokens": 300}}
+    # a regex grammar masks EOS until 150 repeats are written, so no stream can end early and free
+    # its slot before the fourth request arrives (greedy text alone may stop at any point)
+    body = {
+        "inputs": "Count to five hundred: 1, 2, 3, 4, 5,",
+        "parameters": {"max_new_tokens": 300, "grammar": {"type": "regex", "value": "(ab ){150}"}},
+    }
     streams = [
         requests.post(router.url + "/generate_stream", json=body, stream=True, timeout=60) for _ in range(3)
     ]
