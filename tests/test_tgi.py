@@ -252,9 +252,12 @@ def test_over_max_concurrent_requests_is_overloaded(router):
     streams = [
         requests.post(router.url + "/generate_stream", json=body, stream=True, timeout=60) for _ in range(3)
     ]
+    # keep each line iterator alive: a dropped iterator is garbage-collected, urllib3 then closes the
+    # connection, and the server rightly frees that stream's slot
+    lines = [s.iter_lines() for s in streams]
     try:
-        for s in streams:  # every slot is now held by a live stream
-            next(s.iter_lines())
+        for it in lines:  # every slot is now held by a live stream
+            assert next(it).startswith(b"data:"), "a stream did not start"
         with pytest.raises(OverloadedError):
             Client(router.url, timeout=60).generate("hi", max_new_tokens=2)
     finally:
