@@ -87,11 +87,15 @@ class DrillSession:
         return "\n".join(lines)
 
     def plot(self):
-        """A Figure: accuracy (bars) and mean time (bars) per topic."""
-        import matplotlib.pyplot as plt
+        """A Figure: accuracy (bars) and mean time (bars) per topic.
+
+        Built without pyplot, so no backend keeps it open or draws it a second time: callers
+        display it (or `png()` it) and drop it."""
+        from matplotlib.figure import Figure
 
         rows = sorted(self.by_topic().items())
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.2))
+        fig = Figure(figsize=(10, 3.2))
+        ax1, ax2 = fig.subplots(1, 2)
         names = [k for k, _ in rows] or ["(none)"]
         ax1.barh(names, [v["accuracy"] for _, v in rows] or [0], color="tab:green")
         ax1.set_xlim(0, 1)
@@ -101,6 +105,14 @@ class DrillSession:
         ax2.set_yticklabels([])
         fig.tight_layout()
         return fig
+
+    def png(self) -> bytes:
+        """The score plot rendered once to PNG bytes (what the widget shows)."""
+        import io
+
+        buf = io.BytesIO()
+        self.plot().savefig(buf, format="png", dpi=100, bbox_inches="tight")
+        return buf.getvalue()
 
 
 def _widget_front_end() -> bool:
@@ -118,8 +130,7 @@ def drill_widget(session: DrillSession, time_limit_s: float | None = None):
     import threading
 
     import ipywidgets as widgets
-    import matplotlib.pyplot as plt
-    from IPython.display import display
+    from IPython.display import Image, display
 
     question = widgets.HTML()
     box = widgets.FloatText(description="answer")
@@ -161,11 +172,10 @@ def drill_widget(session: DrillSession, time_limit_s: float | None = None):
         with feedback:
             print(text)
         scores.clear_output(wait=True)
+        png = session.png()  # drawn in full before anything is shown
         with scores:
             print(session.score_text())
-            fig = session.plot()
-            display(fig)
-            plt.close(fig)
+            display(Image(data=png, format="png"))
 
     submit.on_click(check)
     nxt.on_click(show)
@@ -217,11 +227,7 @@ def run_drills(
             from IPython.display import display
 
             if get_ipython() is not None:
-                import matplotlib.pyplot as plt
-
-                fig = session.plot()
-                display(fig)
-                plt.close(fig)
+                display(session.plot())
         except ImportError:
             pass
     return text
