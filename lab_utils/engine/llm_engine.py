@@ -36,7 +36,8 @@ class LLMEngine:
         model: the model folder; None = the course model (`lab_utils.models.course_model_path()`).
         config: an EngineConfig; or pass its fields as keyword arguments (`max_num_seqs=8`).
         kv_cache_manager: None (lab 02's `lab_utils.kv.KVCacheManager`), a class called as
-            `cls(num_blocks, block_size, enable_caching=...)`, or a ready instance.
+            `cls(num_blocks, block_size, enable_caching=...)`, or a ready instance; either way it
+            implements `lab_utils.kv.interface.KVCacheManagerInterface` (a learner's lab 02 class does).
         scheduler: None (the reference `Scheduler`), a class called as `cls(kv, SchedulerConfig)`,
             or a ready instance wired to the same KV manager.
         schedule_fn: a lab 03 policy `schedule_fn(state) -> plan` for the reference Scheduler.
@@ -107,13 +108,18 @@ class LLMEngine:
         cfg = self.config
         per_block = self.model_runner.kv_bytes_per_block(cfg.block_size)
         self._planned_blocks = cfg.num_kv_blocks or max(1, int(cfg.kv_cache_gib * 2**30 // per_block))
+        from lab_utils.kv.interface import missing_members
+
         if kv is None:
             from lab_utils.kv import KVCacheManager as kv
         if isinstance(kv, type):
-            return kv(self._planned_blocks, cfg.block_size, enable_caching=cfg.enable_prefix_caching)
-        for name in ("allocate_slots", "free", "get_block_ids", "get_computed_blocks", "block_size"):
-            if not hasattr(kv, name):
-                raise TypeError(f"kv_cache_manager lacks {name!r}; it needs lab 02's KVCacheManager API")
+            kv = kv(self._planned_blocks, cfg.block_size, enable_caching=cfg.enable_prefix_caching)
+        missing = missing_members(kv)
+        if missing:
+            raise TypeError(
+                f"kv_cache_manager lacks {', '.join(missing)}: it must implement "
+                "lab_utils.kv.interface.KVCacheManagerInterface (lab 02)"
+            )
         return kv
 
     def _resolve_max_model_len(self) -> int:

@@ -5,6 +5,8 @@ kv = KVCacheManager(num_blocks=8, block_size=4)
 req = Request("a", prompt_token_ids=[1, 2, 3, 4, 5])
 kv.allocate_slots(req, 5)          # two blocks: [0, 1]
 kv.get_block_ids("a")              # the block table -> [0, 1]
+
+The engine needs only `KVCacheManagerInterface` (interface.py): a learner's own manager plugs in.
 """
 
 from .block_pool import (
@@ -16,6 +18,7 @@ from .block_pool import (
     hash_request_blocks,
 )
 from .contiguous import ContiguousAllocator, Slab
+from .interface import KVCacheManagerInterface, missing_members
 from .kv_cache_manager import KVCacheManager, RequestLike, cdiv
 from .metrics import parse_prometheus, vllm_kv_metrics
 from .request import Request
@@ -37,6 +40,7 @@ __all__ = [
     "FreeKVCacheBlockQueue",
     "KVCacheBlock",
     "KVCacheManager",
+    "KVCacheManagerInterface",
     "MemoryTimeline",
     "Request",
     "RequestLike",
@@ -47,6 +51,7 @@ __all__ = [
     "hash_request_blocks",
     "make_workload",
     "max_concurrent_requests",
+    "missing_members",
     "never_used_fraction",
     "simulate_contiguous",
     "simulate_paged",
