@@ -26,75 +26,71 @@ def contiguous_waste(workload):
     return sum(r.max_tokens - r.output_len for r in workload) / reserved
 
 
-class PagedBlockManager:
-    def __init__(self, num_blocks, block_size):
-        self.block_size = block_size
+class MyKVCacheManager:
+    """The engine's interface (lab_utils.kv.interface), no prefix caching, as the notebook's scaffold."""
+
+    def __init__(self, num_blocks, block_size, enable_caching=False):
+        self.block_size, self.num_blocks = block_size, num_blocks
         self.free_queue = deque(range(num_blocks))
         self.ref_cnt = [0] * num_blocks
-        self.block_tables = {}
-        self.num_tokens = {}
+        self.req_to_blocks = {}
 
     @property
     def num_free_blocks(self):
         return len(self.free_queue)
 
-    def allocate(self, request_id, num_tokens):
-        needed = -(-num_tokens // self.block_size)
+    def get_block_ids(self, request_id):
+        return list(self.req_to_blocks.get(request_id, []))
+
+    def get_computed_blocks(self, request):
+        return [], 0
+
+    def allocate_slots(self, request, num_new_tokens, new_computed_blocks=None):
+        table = self.req_to_blocks.get(request.request_id, [])
+        needed = -(-(request.num_computed_tokens + num_new_tokens) // self.block_size) - len(table)
         if needed > len(self.free_queue):
             return None
-        blocks = [self.free_queue.popleft() for _ in range(needed)]
-        for b in blocks:
+        new = [self.free_queue.popleft() for _ in range(max(0, needed))]
+        for b in new:
             self.ref_cnt[b] += 1
-        self.block_tables[request_id] = blocks
-        self.num_tokens[request_id] = num_tokens
-        return blocks
-
-    def append(self, request_id):
-        n = self.num_tokens[request_id]
-        new = []
-        if n % self.block_size == 0:
-            if not self.free_queue:
-                return None
-            new = [self.free_queue.popleft()]
-            self.ref_cnt[new[0]] += 1
-            self.block_tables[request_id].append(new[0])
-        self.num_tokens[request_id] = n + 1
+        self.req_to_blocks[request.request_id] = table + new
         return new
 
-    def free(self, request_id):
-        for b in reversed(self.block_tables.pop(request_id)):
+    def free(self, request):
+        for b in reversed(self.req_to_blocks.pop(request.request_id, [])):
             self.ref_cnt[b] -= 1
             if self.ref_cnt[b] == 0:
                 self.free_queue.append(b)
-        del self.num_tokens[request_id]
 
 
-class ForkingBlockManager(PagedBlockManager):
-    def __init__(self, num_blocks, block_size):
+class ForkingKVCacheManager(MyKVCacheManager):
+    def __init__(self, num_blocks, block_size, enable_caching=False):
         super().__init__(num_blocks, block_size)
-        self.copies = []
+        self.pending_copies = []
 
-    def fork(self, parent_id, child_id):
-        table = list(self.block_tables[parent_id])
+    def pop_pending_copies(self):
+        out, self.pending_copies = self.pending_copies, []
+        return out
+
+    def fork(self, parent, child):
+        table = list(self.req_to_blocks[parent.request_id])
         for b in table:
             self.ref_cnt[b] += 1
-        self.block_tables[child_id] = table
-        self.num_tokens[child_id] = self.num_tokens[parent_id]
+        self.req_to_blocks[child.request_id] = table
 
-    def append(self, request_id):
-        table = self.block_tables[request_id]
-        n = self.num_tokens[request_id]
-        if n % self.block_size != 0 and self.ref_cnt[table[-1]] > 1:
+    def allocate_slots(self, request, num_new_tokens, new_computed_blocks=None):
+        table = self.req_to_blocks.get(request.request_id, [])
+        n = request.num_computed_tokens
+        if num_new_tokens and n % self.block_size and self.ref_cnt[table[-1]] > 1:
             if not self.free_queue:
                 return None
             old, new = table[-1], self.free_queue.popleft()
             self.ref_cnt[new] += 1
             self.ref_cnt[old] -= 1
             table[-1] = new
-            self.copies.append((old, new))
-            self.num_tokens[request_id] = n + 1
+            self.pending_copies.append((old, new))
             return [new]
-        return super().append(request_id)
+        return super().allocate_slots(request, num_new_tokens)
 
 
 def cached_prefix_blocks(token_ids, block_size, cached):
@@ -124,8 +120,8 @@ def lab02_answers(seed: int) -> dict:
     s = lab_scenario("02", seed)
     return {
         "contiguous_waste": contiguous_waste,
-        "PagedBlockManager": PagedBlockManager,
-        "ForkingBlockManager": ForkingBlockManager,
+        "MyKVCacheManager": MyKVCacheManager,
+        "ForkingKVCacheManager": ForkingKVCacheManager,
         "cached_prefix_blocks": cached_prefix_blocks,
         "max_concurrent": max_concurrent,
         "predicted_prefix_hits": predicted_prefix_hits,
@@ -313,15 +309,28 @@ def test_wrong_but_plausible_answers_fail():
         == 0
     )
 
-    class FrontFree(PagedBlockManager):  # freed blocks rejoin the front (LIFO reuse)
-        def free(self, request_id):
-            for b in self.block_tables.pop(request_id):
+    class FrontFree(MyKVCacheManager):  # freed blocks rejoin the front (LIFO reuse)
+        def free(self, request):
+            for b in self.req_to_blocks.pop(request.request_id):
                 self.ref_cnt[b] -= 1
                 if self.ref_cnt[b] == 0:
                     self.free_queue.appendleft(b)
-            del self.num_tokens[request_id]
 
-    assert _graded("02.free", {"PagedBlockManager": FrontFree}).earned == 0
+    assert _graded("02.free", {"MyKVCacheManager": FrontFree}).earned == 0
+
+    class PromptOnly(MyKVCacheManager):  # counts blocks from the new tokens alone (ignores progress)
+        def allocate_slots(self, request, num_new_tokens, new_computed_blocks=None):
+            table = self.req_to_blocks.get(request.request_id, [])
+            needed = -(-num_new_tokens // self.block_size) - (len(table) if not table else 0)
+            if needed > len(self.free_queue):
+                return None
+            new = [self.free_queue.popleft() for _ in range(max(0, needed))]
+            for b in new:
+                self.ref_cnt[b] += 1
+            self.req_to_blocks[request.request_id] = table + new
+            return new
+
+    assert _graded("02.append", {"MyKVCacheManager": PromptOnly}).earned == 0
 
     def unchained(token_ids, block_size, cached):  # looks every block up, not the chain
         from lab_utils.kv import hash_block_tokens
