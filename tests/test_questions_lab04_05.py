@@ -217,14 +217,18 @@ def test_my_schedule_none_scores_zero():
 
 
 def test_my_schedule_calling_or_being_the_reference_scores_zero():
-    from lab_utils.engine.scheduler import Scheduler
-    from lab_utils.sim.scheduler import SchedulerOutput as Plan
+    from lab_utils.engine.scheduler import Scheduler, reference_schedule
 
     def wraps_reference(state):
-        return Plan(num_scheduled_tokens=state.reference_schedule())
+        return state.reference_schedule()
+
+    def calls_the_policy(state):
+        return reference_schedule(state)
 
     assert earned("04.my_schedule", {"my_schedule": wraps_reference}, SEEDS[0]) == 0
+    assert earned("04.my_schedule", {"my_schedule": calls_the_policy}, SEEDS[0]) == 0
     assert earned("04.my_schedule", {"my_schedule": Scheduler.reference_schedule}, SEEDS[0]) == 0
+    assert earned("04.my_schedule", {"my_schedule": reference_schedule}, SEEDS[0]) == 0
 
 
 def test_the_lab_never_falls_back_to_another_policy_under_the_answers_name():

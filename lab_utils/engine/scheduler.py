@@ -9,6 +9,11 @@ steps. Running requests are served first; waiting ones are admitted while the bu
 `max_num_seqs` limit and the KV cache allow. When a running request cannot get a block for its
 next token, the most recently admitted running request is *preempted by recompute*: its blocks
 are freed and it goes back to the front of the queue, to be prefilled again later.
+
+That policy is `reference_schedule(state)` below, the course's one copy of it. Two things drive
+it: the engine's `Scheduler` (real requests, lab 02's paged KV manager) and lab 03's simulator
+(`lab_utils.sim.scheduler.SchedulerState`: token counts, a clock, batch slots). Both hand it the
+same small `SchedulingState`, so a learner's own policy plugs into either.
 """
 
 from __future__ import annotations
@@ -23,23 +28,31 @@ from .request import Request, RequestStatus
 
 @dataclass
 class SchedulerOutput:
-    """The plan for one step: plain data that the model runner executes and plots can draw."""
+    """The plan for one step: plain data that the model runner executes and plots can draw.
 
-    step: int
-    # Scheduled requests, in the order they were scheduled (running first, then newly admitted).
-    req_ids: list[str]
+    A schedule function (the reference below, or a lab 03/04 learner's) fills the first two
+    fields; `Scheduler.schedule()` then describes the plan completely for the model runner.
+    """
+
     # request_id -> new tokens this step (1 for a decode, up to the budget for a prompt chunk).
-    num_scheduled_tokens: dict[str, int]
-    # request_id -> tokens already in the cache before this step.
-    num_computed_tokens: dict[str, int]
-    # request_id -> its block table (physical block ids) after this step's allocation.
-    block_tables: dict[str, list[int]]
-    # Requests scheduled for the first time, or again after a preemption.
-    new_req_ids: list[str] = field(default_factory=list)
+    num_scheduled_tokens: dict = field(default_factory=dict)
     # Requests preempted while making this plan (their blocks are already free).
-    preempted_req_ids: list[str] = field(default_factory=list)
+    preempted_req_ids: list = field(default_factory=list)
+    step: int = 0
+    # Scheduled requests, in the order they were scheduled (running first, then newly admitted).
+    req_ids: list = field(default_factory=list)
+    # request_id -> tokens already in the cache before this step.
+    num_computed_tokens: dict = field(default_factory=dict)
+    # request_id -> its block table (physical block ids) after this step's allocation.
+    block_tables: dict = field(default_factory=dict)
+    # Requests scheduled for the first time, or again after a preemption.
+    new_req_ids: list = field(default_factory=list)
+    # Scheduled requests that decode: one token behind, so this step samples their next token
+    # from a computed prompt (`Request.is_decoding`). Every other scheduled request computes
+    # prompt (or recompute) tokens. Recording and plots take the split from here.
+    decode_req_ids: list = field(default_factory=list)
     # Copy-on-write block copies (src, dst) the runner must do before the forward pass.
-    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
+    blocks_to_copy: list = field(default_factory=list)
     num_running: int = 0
     num_waiting: int = 0
     token_budget: int = 0
@@ -65,9 +78,104 @@ class SchedulerConfig:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
         if self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if self.long_prefill_token_threshold < 0:
+            raise ValueError(
+                f"long_prefill_token_threshold must be >= 0 (0 = no cap), got {self.long_prefill_token_threshold}"
+            )
 
 
-# A plan made by a lab 03 schedule function: anything with these two attributes.
+class SchedulingState(Protocol):
+    """What a schedule function sees and may change (the engine's `Scheduler`, the simulator's state).
+
+    Requests in `running` and `waiting` have `request_id`, `num_tokens` and `num_computed_tokens`.
+    """
+
+    # max_num_seqs, max_num_batched_tokens, enable_chunked_prefill, long_prefill_token_threshold
+    config: Any
+    # the KV cache manager (lab_utils.kv.interface.KVCacheManagerInterface)
+    kv: Any
+    # running requests in admission order: the last one is preempted first
+    running: list
+    # waiting requests, first come first served; preempted ones go back to the front
+    waiting: deque
+
+    def admit(self, request: Any) -> None:
+        """Move `request` from the front of the waiting queue into the running batch."""
+        ...
+
+    def preempt_last(self) -> Any:
+        """Preempt (by recompute) the most recently admitted running request and return it."""
+        ...
+
+
+def _num_new_tokens(config: Any, num_uncomputed: int, budget: int) -> int:
+    """Tokens a request gets this step: all it lacks, capped per request and by the budget left."""
+    if config.long_prefill_token_threshold:
+        num_uncomputed = min(num_uncomputed, config.long_prefill_token_threshold)
+    return min(num_uncomputed, budget)
+
+
+def reference_schedule(state: SchedulingState) -> SchedulerOutput:
+    """Plan one step with vLLM v1's policy: running requests in order, then waiting ones.
+
+    1. Running requests, oldest admission first, each get the tokens they lack up to what is left
+       of the token budget (1 for a decode, a chunk for a prompt). When a request's KV blocks do
+       not fit, preempt the most recently admitted running request (possibly itself) until they
+       do; a request that preempted itself ends the pass.
+    2. Only if nobody was preempted (memory is short: admitting now would only cause more
+       preemptions), admit waiting requests first come first served while there is budget, a free
+       sequence slot (`max_num_seqs`) and KV room. A new request starts after its prefix-cache
+       hits; without chunked prefill its whole remaining prompt must fit the budget.
+
+    Admissions and preemptions go through `state.admit` and `state.preempt_last`.
+    """
+    cfg, kv = state.config, state.kv
+    plan = SchedulerOutput()
+    budget = cfg.max_num_batched_tokens
+
+    # 1. Running requests: decodes (1 token) and unfinished prompt chunks.
+    i = 0
+    while i < len(state.running) and budget > 0:
+        req = state.running[i]
+        n = _num_new_tokens(cfg, req.num_tokens - req.num_computed_tokens, budget)
+        if n <= 0:  # cannot happen for a healthy request; skip rather than schedule nothing
+            i += 1
+            continue
+        while kv.allocate_slots(req, n) is None:
+            # The victim is the most recently admitted request. It always sits at or after
+            # position i, so nothing already planned is undone.
+            victim = state.preempt_last()
+            plan.preempted_req_ids.append(victim.request_id)
+            if victim is req:
+                break
+        else:
+            plan.num_scheduled_tokens[req.request_id] = n
+            budget -= n
+            i += 1
+            continue
+        break  # the request preempted itself: the KV cache is full
+
+    if plan.preempted_req_ids:
+        return plan
+
+    # 2. Waiting requests in arrival order (preempted ones sit at the front).
+    while state.waiting and budget > 0 and len(state.running) < cfg.max_num_seqs:
+        req = state.waiting[0]
+        hits, num_cached = kv.get_computed_blocks(req)
+        num_uncomputed = req.num_tokens - num_cached
+        n = _num_new_tokens(cfg, num_uncomputed, budget)
+        if not cfg.enable_chunked_prefill and n < num_uncomputed:
+            break  # the whole prompt must fit in one step
+        if kv.allocate_slots(req, n, hits) is None:
+            break
+        req.num_computed_tokens = num_cached
+        state.admit(req)
+        plan.num_scheduled_tokens[req.request_id] = n
+        budget -= n
+    return plan
+
+
+# A plan made by a lab 03/04 schedule function: anything with these two attributes.
 class _Plan(Protocol):
     num_scheduled_tokens: dict
     preempted_req_ids: list
@@ -79,10 +187,10 @@ class Scheduler:
     Args:
         kv_cache_manager: has get_computed_blocks, allocate_slots, free, get_block_ids.
         config: the limits (max_num_seqs, token budget, max_model_len, chunked prefill).
-        schedule_fn: optional lab 03 policy, `schedule_fn(state) -> plan`. The scheduler passes
-            itself as the state: `state.config`, `state.kv`, `state.running`, `state.waiting`,
-            `state.admit(req)`, `state.preempt_last()`. The plan needs `num_scheduled_tokens`
-            (request_id -> tokens) and `preempted_req_ids`. None uses the reference policy below.
+        schedule_fn: optional lab 03/04 policy, `schedule_fn(state) -> plan`. The scheduler passes
+            itself as the state (a `SchedulingState`: `config`, `kv`, `running`, `waiting`,
+            `admit(req)`, `preempt_last()`). The plan needs `num_scheduled_tokens`
+            (request_id -> tokens) and `preempted_req_ids`. None uses `reference_schedule`.
     """
 
     def __init__(
@@ -119,16 +227,18 @@ class Scheduler:
         """Waiting plus running."""
         return len(self.waiting) + len(self.running)
 
-    # ------------------------------------------------------------------ state for policies
+    # ------------------------------------------------------------------ the SchedulingState
     @property
     def kv(self) -> Any:
-        """The KV cache manager (the name lab 03's schedule functions use)."""
+        """The KV cache manager (the name schedule functions use)."""
         return self.kv_cache_manager
 
     def admit(self, request: Request) -> None:
         """Move `request` from the front of the waiting queue into the running batch."""
         self.waiting.remove(request)
         request.status = RequestStatus.RUNNING
+        if request.num_preemptions == 0:  # prefix-cache hits of its first admission (vLLM's metric)
+            request.num_cached_tokens = request.num_computed_tokens
         self.running.append(request)
         self._admitted.append(request.request_id)
 
@@ -149,60 +259,9 @@ class Scheduler:
         return request
 
     # ------------------------------------------------------------------ schedule
-    def _num_new_tokens(self, request: Request, num_computed: int, budget: int) -> int:
-        n = request.num_tokens - num_computed
-        if self.config.long_prefill_token_threshold:
-            n = min(n, self.config.long_prefill_token_threshold)
-        return min(n, budget)
-
-    def reference_schedule(self) -> dict[str, int]:
-        """The reference policy: running requests first (oldest first), then admissions.
-
-        Returns request_id -> new tokens; admissions and preemptions go through admit() and
-        preempt_last(), as a lab 03 policy's would.
-        """
-        kv = self.kv_cache_manager
-        cfg = self.config
-        budget = cfg.max_num_batched_tokens
-        scheduled: dict[str, int] = {}
-
-        # 1. Running requests: decodes (1 token) and unfinished prompt chunks.
-        i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            n = self._num_new_tokens(req, req.num_computed_tokens, budget)
-            if n <= 0:  # cannot happen for a healthy request; skip rather than loop
-                i += 1
-                continue
-            while kv.allocate_slots(req, n) is None:
-                # No room: preempt the lowest-priority request, the most recently admitted one.
-                # It always sits after position i, so nothing already planned is undone.
-                if self.preempt_last() is req:
-                    break
-            else:
-                scheduled[req.request_id] = n
-                budget -= n
-                i += 1
-                continue
-            break  # the request preempted itself: nothing more fits this step
-
-        # 2. Waiting requests in arrival order (preempted ones sit at the front). As in vLLM, admit
-        # none in a step that had to preempt: memory is short.
-        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs and not self._preempted:
-            req = self.waiting[0]
-            hits, num_cached = kv.get_computed_blocks(req)
-            n = self._num_new_tokens(req, num_cached, budget)
-            if not cfg.enable_chunked_prefill and n < req.num_tokens - num_cached:
-                break  # the whole prompt must fit in one step
-            if kv.allocate_slots(req, n, hits) is None:
-                break
-            req.num_computed_tokens = num_cached
-            if req.num_preemptions == 0:
-                req.num_cached_tokens = num_cached
-            self.admit(req)
-            scheduled[req.request_id] = n
-            budget -= n
-        return scheduled
+    def reference_schedule(self) -> SchedulerOutput:
+        """Plan one step of this scheduler with the reference policy (`reference_schedule(self)`)."""
+        return reference_schedule(self)
 
     def _check_plan(self, scheduled: dict[str, int]) -> None:
         """Refuse a plan the model runner cannot execute, with a message that says why."""
@@ -232,11 +291,12 @@ class Scheduler:
             )
 
     def schedule(self) -> SchedulerOutput:
-        """Plan one step with the reference policy or `schedule_fn`, and describe it as data."""
+        """Plan one step with `schedule_fn` (default: `reference_schedule`), and describe it as data."""
         self._admitted, self._preempted = [], []
         if self.schedule_fn is None:
-            scheduled = self.reference_schedule()
-        else:
+            plan = reference_schedule(self)
+            scheduled = plan.num_scheduled_tokens
+        else:  # a learner's plan is checked before the model runner sees it
             plan = self.schedule_fn(self)
             scheduled = {rid: int(n) for rid, n in plan.num_scheduled_tokens.items() if int(n) > 0}
             self._check_plan(scheduled)
@@ -244,13 +304,14 @@ class Scheduler:
         pop_copies = getattr(kv, "pop_pending_copies", None)
         self.num_steps += 1
         return SchedulerOutput(
+            num_scheduled_tokens=scheduled,
+            preempted_req_ids=list(self._preempted),
             step=self.num_steps,
             req_ids=list(scheduled),
-            num_scheduled_tokens=scheduled,
             num_computed_tokens={rid: self.requests[rid].num_computed_tokens for rid in scheduled},
             block_tables={rid: list(kv.get_block_ids(rid)) for rid in scheduled},
             new_req_ids=[r for r in self._admitted if r in scheduled],
-            preempted_req_ids=list(self._preempted),
+            decode_req_ids=[rid for rid in scheduled if self.requests[rid].is_decoding],
             blocks_to_copy=pop_copies() if pop_copies else [],
             num_running=len(self.running),
             num_waiting=len(self.waiting),

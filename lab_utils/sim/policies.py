@@ -42,6 +42,8 @@ class ContinuousBatching:
         enable_chunked_prefill: split a long prompt over several steps to fit the budget.
         num_kv_blocks: KV cache size in blocks; None means unlimited (never preempts).
         block_size: tokens per KV block (vLLM: 16 on GPU, 128 on CPU).
+        long_prefill_token_threshold: most new tokens one request gets in a step, so one long
+            prompt cannot take the whole budget (vLLM `--long-prefill-token-threshold`; 0 = no cap).
     """
 
     max_num_seqs: int = 256
@@ -49,6 +51,7 @@ class ContinuousBatching:
     enable_chunked_prefill: bool = True
     num_kv_blocks: int | None = None
     block_size: int = 16
+    long_prefill_token_threshold: int = 0
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -64,6 +67,11 @@ class ContinuousBatching:
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise ValueError(
                 f"num_kv_blocks must be at least 1 (or None for unlimited), got {self.num_kv_blocks}"
+            )
+        if self.long_prefill_token_threshold < 0:
+            raise ValueError(
+                "long_prefill_token_threshold must be >= 0 (0 = no cap), "
+                f"got {self.long_prefill_token_threshold}"
             )
 
     @property

@@ -1,30 +1,28 @@
-"""Continuous batching, one step at a time: the readable reference scheduler.
+"""The simulator's side of the scheduling policy: requests as token counts, a block-counting KV
+budget, and the state a schedule function sees.
 
-The engine loop is schedule -> run -> update. `reference_schedule(state)` is the "schedule" part:
-it looks at the running and waiting requests and returns a `SchedulerOutput` (request -> tokens
-to compute in this step). The simulator then advances the clock by the step's cost and updates
-every request. A learner's own schedule function with the same signature plugs into
-`simulate(..., schedule_fn=...)`.
-
-NOTE on the algorithm (vLLM v1's, the same as the course engine's `lab_utils/engine/scheduler.py`):
-there is no separate "prefill phase". Every request just has `num_tokens` (prompt + tokens
-generated so far) and `num_computed_tokens` (tokens whose KV is in the cache); a step computes some
-of the difference, out of ONE token budget shared by everyone. The running requests are served
-first, in the order they were admitted: a decode takes 1 token, a request still in its prompt takes
-a chunk of what is left of the budget (chunked prefill). Then waiting requests are admitted, first
-come first served, while budget, sequence slots and KV blocks last. There is no "decodes first"
-rule (that was vLLM v0's): a running decode is never starved anyway, because a prompt that gets only
-part of the budget is always the last request admitted, so everything before it fits first.
+The engine loop is schedule -> run -> update. The "schedule" part is vLLM v1's policy,
+`reference_schedule(state)`, which lives in one place for the whole course: the engine's
+`lab_utils/engine/scheduler.py` (read it there, with its NOTE on the algorithm). The simulator
+drives that same function; `SchedulerState` below is its adapter, the simulator's version of the
+engine's `Scheduler`: it keeps `SimRequest`s (token counts only), gives each running request a
+batch slot for the timeline, and stamps the clock on every admission and preemption. A learner's
+own schedule function with the same signature plugs into `simulate(..., schedule_fn=...)` and
+into the engine (`LLMEngine(schedule_fn=...)`).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import dataclass, field
+
+from lab_utils.engine.scheduler import SchedulerOutput, reference_schedule
 
 from .policies import ContinuousBatching
 from .results import RequestRecord, Residency
+
+# The plan type and the policy are the engine's, re-exported here for lab 03.
+__all__ = ["BlockCounter", "SchedulerOutput", "SchedulerState", "SimRequest", "cdiv", "reference_schedule"]
 
 
 def cdiv(a: int, b: int) -> int:
@@ -95,7 +93,13 @@ class BlockCounter:
     def num_free_blocks(self) -> float:
         return self._free
 
-    def allocate_slots(self, request, num_new_tokens: int) -> list | None:
+    def get_computed_blocks(self, request) -> tuple[list, int]:
+        """No prefix caching (placeholder token ids would all "hit"): no cached blocks, 0 tokens."""
+        return [], 0
+
+    def allocate_slots(
+        self, request, num_new_tokens: int, new_computed_blocks: list | None = None
+    ) -> list | None:
         """Reserve blocks for `num_new_tokens` more tokens; None (and no change) when they do not fit."""
         held = self._held.get(request.request_id, 0)
         need = cdiv(request.num_computed_tokens + num_new_tokens, self.block_size) - held
@@ -115,24 +119,16 @@ class BlockCounter:
         return self._held.get(request_id, 0)
 
 
-@dataclass
-class SchedulerOutput:
-    """The plan for one step: how many tokens each request computes, who was preempted."""
-
-    num_scheduled_tokens: dict = field(default_factory=dict)  # request_id -> tokens this step
-    preempted_req_ids: list = field(default_factory=list)
-
-    @property
-    def total_num_scheduled_tokens(self) -> int:
-        return sum(self.num_scheduled_tokens.values())
-
-
 class SchedulerState:
-    """What a schedule function sees and may change: config, running list, waiting queue, KV."""
+    """What a schedule function sees and may change in the simulator (a `SchedulingState`).
+
+    The same members as the engine's `Scheduler`: config, kv, running list, waiting queue,
+    `admit` and `preempt_last`; plus the clock (`now`) and batch slots for the timeline.
+    """
 
     def __init__(self, config: ContinuousBatching, kv) -> None:
         self.config = config
-        self.kv = kv  # allocate_slots(req, n) -> list | None, free(req), num_free_blocks
+        self.kv = kv  # BlockCounter, or lab 02's KVCacheManager with prefix caching off
         self.running: list[SimRequest] = []  # in admission order; the last one is preempted first
         self.waiting: deque[SimRequest] = deque()  # arrival order; preempted requests go to the front
         self.now = 0.0  # start time of the step being planned
@@ -178,51 +174,3 @@ class SchedulerState:
             res.prefill_end = when
         heapq.heappush(self._free_slots, request.slot)
         request.slot = -1
-
-
-def reference_schedule(state: SchedulerState) -> SchedulerOutput:
-    """Plan one continuous-batching step as vLLM v1 does: running requests in order, then waiting ones.
-
-    1. running requests, oldest admission first, each get `min(tokens left to compute, budget
-       left)` (1 for a decode, a chunk for a prompt); when a request's KV blocks cannot be
-       allocated, preempt the last running request (possibly itself) until they fit; a request
-       that preempted itself ends the pass;
-    2. if nobody was preempted, admit waiting requests (FIFO) while there is budget, a free
-       sequence slot (`max_num_seqs`) and KV room; without chunked prefill a prompt must fit whole.
-    """
-    cfg = state.config
-    out = SchedulerOutput()
-    scheduled = out.num_scheduled_tokens
-    budget = cfg.max_num_batched_tokens
-
-    i = 0
-    while i < len(state.running) and budget > 0:
-        req = state.running[i]
-        num_new = min(req.num_tokens - req.num_computed_tokens, budget)
-        while state.kv.allocate_slots(req, num_new) is None:
-            # the victim is the most recently admitted request: it sits at or after position i,
-            # so nothing already in this plan is undone
-            victim = state.preempt_last()
-            out.preempted_req_ids.append(victim.request_id)
-            if victim is req:
-                break
-        else:
-            scheduled[req.request_id] = num_new
-            budget -= num_new
-            i += 1
-            continue
-        break  # the request preempted itself: KV is full
-    if out.preempted_req_ids:
-        return out  # KV is short: admitting now would only cause more preemptions
-    while state.waiting and budget > 0 and len(state.running) < cfg.max_num_seqs:
-        req = state.waiting[0]
-        num_new = req.num_tokens - req.num_computed_tokens
-        if not cfg.enable_chunked_prefill and num_new > budget:
-            break
-        num_new = min(num_new, budget)
-        if state.kv.allocate_slots(req, num_new) is None:
-            break
-        state.admit(req)
-        scheduled[req.request_id] = num_new
-        budget -= num_new
-    return out

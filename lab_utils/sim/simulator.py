@@ -4,14 +4,19 @@
     summarize(result)            # throughput, TTFT, TPOT, latency percentiles, goodput
     plot_timeline(result)        # lab_utils.viz.timeline
 
-Continuous batching has two engines with the same semantics. With `schedule_fn` (the reference
-`reference_schedule` or a learner's) every step calls the readable scheduler of `scheduler.py`.
-Without it, a fast event-driven loop computes the same plan without touching every decoding
-request at every step: a decoding request's progress is implied by the step counter, so only
-its block-boundary and finish steps are events. It serves the decoding requests before the one
-still in its prompt; that is the same plan as vLLM v1's in-order pass of `reference_schedule`,
-because a request that got only part of the budget is always the last one admitted.
-tests/test_sim.py checks that both engines agree.
+Continuous batching runs the course's one scheduling policy, `reference_schedule` (vLLM v1's, in
+`lab_utils/engine/scheduler.py`, the same function the course engine runs): every step calls the
+schedule function on a `SchedulerState` (`_run_continuous_plain`), then advances the clock by the
+step's cost. `schedule_fn` swaps in another policy (a learner's, TGI's admission loop).
+
+One optimisation, `_run_continuous_fast`, is used when no `schedule_fn` is given (and no
+per-request prefill cap is set): an event-driven loop that computes the same plans without
+touching every decoding request at every step, because a decoding request's progress is implied
+by the step counter; only its block-boundary and finish steps are events. It serves the decoding
+requests before the one still in its prompt; that is the same plan as the in-order pass, because
+a request that got only part of the budget is always the last one admitted. It exists for
+speed alone (long sweeps in labs 03 and 09); tests/test_sim.py checks on random workloads that
+it produces exactly the reference's schedule, and that the engine's scheduler does too.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from collections.abc import Callable, Sequence
 from .cost import StepCostModel
 from .policies import ContinuousBatching, DynamicBatching, StaticBatching
 from .results import Residency, SimResult, StepRecord
-from .scheduler import BlockCounter, SchedulerOutput, SchedulerState, SimRequest, cdiv
+from .scheduler import BlockCounter, SchedulerOutput, SchedulerState, SimRequest, cdiv, reference_schedule
 from .workload import WorkloadRequest
 
 Policy = StaticBatching | ContinuousBatching | DynamicBatching
@@ -44,9 +49,10 @@ def simulate(
         workload: requests (see lab_utils.sim.workload).
         policy: StaticBatching, ContinuousBatching or DynamicBatching.
         cost: the step cost model (a default CPU-like one when None).
-        schedule_fn: continuous batching only: plan each step with this function instead of the
-            fast engine (`reference_schedule`, or your own).
-        kv_manager: with schedule_fn, "count" (block arithmetic) or "paged" (lab 02's
+        schedule_fn: continuous batching only: plan each step with this function
+            (`reference_schedule`, or your own). None runs the reference policy, through the
+            fast event-driven loop when the config allows it.
+        kv_manager: "count" (block arithmetic) or "paged" (lab 02's
             `lab_utils.kv.KVCacheManager`, prefix caching off: placeholder token ids would hit).
     """
     cost = cost or StepCostModel()
@@ -59,7 +65,7 @@ def simulate(
         return _run_dynamic(reqs, policy, cost)
     if isinstance(policy, ContinuousBatching):
         _check_fits(reqs, policy)
-        if schedule_fn is None:
+        if schedule_fn is None and kv_manager == "count" and policy.long_prefill_token_threshold == 0:
             # The run allocates many small acyclic objects; pausing the cycle collector saves a third
             # of the time and cannot leak (nothing here forms reference cycles).
             was_enabled = gc.isenabled()
@@ -69,16 +75,20 @@ def simulate(
             finally:
                 if was_enabled:
                     gc.enable()
-        return _run_continuous_plain(reqs, policy, cost, schedule_fn, kv_manager)
+        return _run_continuous_plain(reqs, policy, cost, schedule_fn or reference_schedule, kv_manager)
     raise TypeError(f"unknown policy {policy!r}; use StaticBatching, ContinuousBatching or DynamicBatching")
 
 
 def _check_fits(reqs: list[WorkloadRequest], cfg: ContinuousBatching) -> None:
+    one_step = cfg.max_num_batched_tokens
+    if cfg.long_prefill_token_threshold:
+        one_step = min(one_step, cfg.long_prefill_token_threshold)
     for w in reqs:
-        if not cfg.enable_chunked_prefill and w.prompt_len + w.output_len > cfg.max_num_batched_tokens:
+        if not cfg.enable_chunked_prefill and w.prompt_len + w.output_len > one_step:
             raise ValueError(
                 f"request {w.request_id} needs up to {w.prompt_len + w.output_len} tokens in one prefill "
-                f"(after a preemption) but max_num_batched_tokens={cfg.max_num_batched_tokens} and chunked "
+                f"(after a preemption) but a step gives one request at most {one_step} "
+                "(max_num_batched_tokens, long_prefill_token_threshold) and chunked "
                 "prefill is off; raise the budget or enable_chunked_prefill"
             )
         if (
