@@ -456,3 +456,80 @@ def test_parse_prometheus_sums_label_sets_and_reads_vllm_names():
     got = vllm_kv_metrics(real)
     assert (got["vllm:prefix_cache_queries_total"], got["vllm:prefix_cache_hits_total"]) == (817.0, 512.0)
     assert "vllm:prefix_cache_queries_created" not in got
+
+
+# ---------------------------------------------------------------- the engine's interface
+
+
+class _LearnerManager:
+    """A manager written the way lab 02 asks (no prefix caching, plain lists), not lab_utils code."""
+
+    def __init__(self, num_blocks, block_size, enable_caching=False):
+        self.block_size, self.num_blocks = block_size, num_blocks
+        self.free_queue = list(range(num_blocks))
+        self.ref_cnt = [0] * num_blocks
+        self.req_to_blocks = {}
+
+    @property
+    def num_free_blocks(self):
+        return len(self.free_queue)
+
+    def get_block_ids(self, request_id):
+        return list(self.req_to_blocks.get(request_id, []))
+
+    def get_computed_blocks(self, request):
+        return [], 0
+
+    def allocate_slots(self, request, num_new_tokens, new_computed_blocks=None):
+        table = self.req_to_blocks.get(request.request_id, [])
+        needed = cdiv(request.num_computed_tokens + num_new_tokens, self.block_size) - len(table)
+        if needed > len(self.free_queue):
+            return None
+        new = [self.free_queue.pop(0) for _ in range(max(0, needed))]
+        for b in new:
+            self.ref_cnt[b] += 1
+        self.req_to_blocks[request.request_id] = table + new
+        return new
+
+    def free(self, request):
+        for b in reversed(self.req_to_blocks.pop(request.request_id, [])):
+            self.ref_cnt[b] -= 1
+            if not self.ref_cnt[b]:
+                self.free_queue.append(b)
+
+
+def test_kv_cache_manager_implements_the_engine_interface():
+    from lab_utils.kv import KVCacheManagerInterface, missing_members
+
+    for kv in (KVCacheManager(4, 4), _LearnerManager(4, 4)):
+        assert isinstance(kv, KVCacheManagerInterface) and missing_members(kv) == []
+    assert "free" in missing_members(object()) and not isinstance(object(), KVCacheManagerInterface)
+
+
+def test_a_learner_manager_drives_the_engine_scheduler_like_the_reference():
+    """The engine's scheduler over a learner-style manager and over KVCacheManager (caching off), in a
+    cache that forces preemptions: the same plans, block tables and preemptions, step by step."""
+    from lab_utils.engine import Request as EngineRequest
+    from lab_utils.engine import SamplingParams, Scheduler, SchedulerConfig
+
+    def run(kv):
+        sched = Scheduler(kv, SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=16, max_model_len=24))
+        params = SamplingParams(temperature=0, max_tokens=9, ignore_eos=True)
+        for i, n in enumerate((5, 11, 3, 8, 14)):
+            sched.add_request(EngineRequest(f"r{i}", list(range(100, 100 + n)), params))
+        trace = []
+        while sched.has_unfinished_requests():
+            so = sched.schedule()
+            trace.append((dict(so.num_scheduled_tokens), so.block_tables, list(so.preempted_req_ids)))
+            reqs = {r: sched.requests[r] for r in so.req_ids}  # a token only where the prompt is done
+            done = [
+                r
+                for r, n in so.num_scheduled_tokens.items()
+                if reqs[r].num_computed_tokens + n >= reqs[r].num_tokens
+            ]
+            sched.update_from_output(so, {r: 7 for r in done})
+        return trace, kv.num_free_blocks
+
+    mine, ref = run(_LearnerManager(10, 4)), run(KVCacheManager(10, 4, enable_caching=False))
+    assert mine == ref and ref[1] == 10
+    assert any(preempted for _, _, preempted in ref[0])
