@@ -1,7 +1,8 @@
-"""The paged KV cache manager: block tables, allocate/append/free, prefix caching, fork + CoW.
+"""The paged KV cache manager: block tables (allocate_slots, free), prefix caching, fork + CoW.
 
 Follows vLLM v1's `KVCacheManager` (vllm/v1/core/kv_cache_manager.py) for one attention type,
-plus the fork/copy-on-write that vLLM v0's block manager used for parallel sampling.
+plus the fork/copy-on-write that vLLM v0's block manager used for parallel sampling. The members
+the engine calls are the Protocol in interface.py; a learner's manager with them plugs in too.
 """
 
 from __future__ import annotations
