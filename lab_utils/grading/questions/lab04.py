@@ -50,9 +50,9 @@ def _ref_blocks(scen: dict) -> list[int]:
 # --- 04.slot_for --------------------------------------------------------------------------------
 
 
-@question(
-    "04.slot_for", points=2, answers=["slot_for"], forbid=["lab_utils.engine.model_runner:ModelRunner._slots"]
-)
+# No forbid: the model runner computes slots inline while it builds a step's inputs, so there is no
+# importable reference of this formula to forbid.
+@question("04.slot_for", points=2, answers=["slot_for"])
 def _(slot_for):
     """Where token `position` of a request lives in the flat paged cache, given its block table."""
     got = int(slot_for([7, 2, 9], 0, 4))
