@@ -33,64 +33,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from lab_utils.bench.crosscheck import bench_prompts, vllm_bench_args  # noqa: E402
 from lab_utils.clients import metric_value, run_load, scrape  # noqa: E402
 from lab_utils.servers.vllm import VLLMServer  # noqa: E402
 
 
 def vllm_args(srv: VLLMServer, opts: argparse.Namespace) -> argparse.Namespace:
-    """The parsed arguments of `vllm bench serve` for this server and workload."""
-    from vllm.benchmarks.serve import add_cli_args
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    parser = FlexibleArgumentParser()
-    add_cli_args(parser)
-    return parser.parse_args(
-        [
-            "--backend",
-            "openai",
-            "--base-url",
-            srv.url,
-            "--endpoint",
-            "/v1/completions",
-            "--model",
-            srv.model_name,
-            "--tokenizer",
-            srv.model,
-            "--dataset-name",
-            "random",
-            "--random-input-len",
-            str(opts.input_len),
-            "--random-output-len",
-            str(opts.output_len),
-            "--random-range-ratio",
-            "0",
-            "--num-prompts",
-            str(opts.num_prompts),
-            "--max-concurrency",
-            str(opts.concurrency),
-            "--request-rate",
-            "inf",
-            "--ignore-eos",
-            "--temperature",
-            "0",
-            "--seed",
-            "0",
-            "--disable-tqdm",
-            "--percentile-metrics",
-            "ttft,tpot,itl,e2el",
-            "--metric-percentiles",
-            "50,95",
-        ]
+    """The parsed arguments of `vllm bench serve` for this server and workload (closed loop)."""
+    return vllm_bench_args(
+        srv,
+        num_prompts=opts.num_prompts,
+        concurrency=opts.concurrency,
+        input_len=opts.input_len,
+        output_len=opts.output_len,
     )
-
-
-def same_prompts(args: argparse.Namespace) -> list[str]:
-    """The prompts vLLM's benchmark will send (its random dataset is seeded, so this is the same list)."""
-    from vllm.benchmarks.datasets import get_samples
-    from vllm.tokenizers import get_tokenizer
-
-    samples = get_samples(args, get_tokenizer(args.tokenizer))
-    return [s.prompt for s in samples]
 
 
 def server_ttft(srv: VLLMServer) -> tuple[float, float]:
@@ -142,7 +98,7 @@ def main() -> int:
     with srv:
         print(f"server ready after {srv.ready_after_s:.0f} s: {srv.startup_info()}", flush=True)
         args = vllm_args(srv, opts)
-        prompts = same_prompts(args)
+        prompts = bench_prompts(args)
         # warm-up, outside every measurement
         run_load(srv.base_url, srv.model_name, prompts[:4], concurrency=4, max_tokens=4, ignore_eos=True)
         for rnd in range(opts.rounds):

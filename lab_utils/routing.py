@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-import threading
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -239,24 +238,9 @@ async def _drive(
 
 
 def _run(coro):
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: dict = {}
+    from lab_utils.asyncrun import run_coroutine
 
-    def target() -> None:  # Jupyter already runs a loop in this thread
-        try:
-            box["r"] = asyncio.run(coro)
-        except BaseException as exc:
-            box["e"] = exc
-
-    th = threading.Thread(target=target, daemon=True)
-    th.start()
-    th.join()
-    if "e" in box:
-        raise box["e"]
-    return box["r"]
+    return run_coroutine(coro)
 
 
 def measure_policy(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import threading
 
 # `pip install --dry-run guidellm` against the course environment, 2026-12-01 (guidellm 0.8.1):
 # it would downgrade click 8.5.1 -> 8.4.2 and multidict 7.2.1 -> 6.9.1 (aiohttp's, which vLLM's
@@ -107,27 +106,19 @@ def crosscheck(
     """Run vLLM's benchmark, then the course generator, on one workload; rows of (metric, vLLM, course)."""
     from vllm.benchmarks.serve import main as bench_main
 
+    from lab_utils.asyncrun import call_in_thread
     from lab_utils.clients import run_load
 
     args = vllm_bench_args(
         server, num_prompts=num_prompts, concurrency=concurrency, input_len=input_len, output_len=output_len
     )
     prompts = bench_prompts(args)
-    box: dict = {}
 
-    def target() -> None:  # vLLM's main calls asyncio.run: give it a thread without Jupyter's loop
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                box["ref"] = bench_main(args)
-        except BaseException as exc:
-            box["error"] = exc
+    def bench() -> dict:  # vLLM's main calls asyncio.run: it gets a thread without Jupyter's loop
+        with contextlib.redirect_stdout(io.StringIO()):
+            return bench_main(args)
 
-    th = threading.Thread(target=target, daemon=True)
-    th.start()
-    th.join()
-    if "error" in box:
-        raise box["error"]
-    ref = box["ref"]
+    ref = call_in_thread(bench)
     ours = run_load(
         server.base_url,
         server.model_name,

@@ -25,7 +25,6 @@ import asyncio
 import json
 import math
 import random
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -411,23 +410,6 @@ async def run_load_async(
 
 def run_load(base_url: str, model: str, prompts: Sequence[str | list[dict]], **kwargs) -> LoadResult:
     """`run_load_async` from ordinary code or a notebook (where an event loop already runs)."""
-    coro = run_load_async(base_url, model, prompts, **kwargs)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    # Jupyter already runs a loop in this thread: run ours in a helper thread
-    box: dict = {}
+    from lab_utils.asyncrun import run_coroutine
 
-    def target() -> None:
-        try:
-            box["result"] = asyncio.run(coro)
-        except BaseException as exc:
-            box["error"] = exc
-
-    th = threading.Thread(target=target, daemon=True)
-    th.start()
-    th.join()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
+    return run_coroutine(run_load_async(base_url, model, prompts, **kwargs))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from lab_utils.grading.checks import close, frac_wrong, model_dict
 from lab_utils.grading.registry import hidden, question, scenario
 
 GiB = 1 << 30
@@ -20,28 +21,13 @@ SMOL_KV = (30, 3, 64)
 VLLM_RTOL = 0.005
 
 
-def _model_dict(spec) -> dict:
-    return {
-        "name": spec.name,
-        "num_layers": spec.num_layers,
-        "hidden_size": spec.hidden_size,
-        "num_attention_heads": spec.num_attention_heads,
-        "num_kv_heads": spec.num_kv_heads,
-        "head_dim": spec.head_dim,
-        "intermediate_size": spec.intermediate_size,
-        "vocab_size": spec.vocab_size,
-        "max_position_embeddings": spec.max_position_embeddings,
-        "attention_bias": spec.attention_bias,
-    }
-
-
 @scenario("01")
 def _(rng):
     from lab_utils.drills.shapes import MODELS
 
     spec = MODELS[rng.choice(sorted(MODELS))]
     return {
-        "model": _model_dict(spec),
+        "model": model_dict(spec),
         "gpu": rng.choice(["L4", "L40S", "A100-40GB", "A100-80GB", "H100-80GB", "H200"]),
         "weights": rng.choice(["bfloat16", "fp8"]),
         "kv_cache_dtype": rng.choice(["bfloat16", "fp8"]),
@@ -114,14 +100,6 @@ def _ttft(params, prompt, tflops, mfu, tp, pp):
     return 2 * params * prompt / (tp * tflops * 1e12 * mfu)
 
 
-def _close(a, b, rtol=1e-6) -> bool:
-    return math.isclose(float(a), float(b), rel_tol=rtol, abs_tol=1e-12)
-
-
-def _frac_wrong(n_wrong: int, n: int, what: str = "unseen cases") -> None:
-    assert not n_wrong, f"wrong on {n_wrong} of {n} {what}"
-
-
 # --- 01.kv_bytes_per_token -------------------------------------------------------------------
 
 
@@ -152,7 +130,7 @@ def _(kv_bytes_per_token, rng, scenario):
         )
         for _ in range(20)
     ]
-    _frac_wrong(sum(int(kv_bytes_per_token(*c)) != _kv(*c) for c in cases), len(cases))
+    frac_wrong(sum(int(kv_bytes_per_token(*c)) != _kv(*c) for c in cases), len(cases))
 
 
 # --- 01.vllm_capacity (predict, then vLLM measures) ------------------------------------------
@@ -207,14 +185,14 @@ def _(vllm_capacity, predicted_vllm, rng, scenario):
         if want is None or got is None:
             wrong += (want is None) != (got is None)
         else:
-            wrong += int(got[0]) != want[0] or not _close(got[1], want[1], 1e-9)
-    _frac_wrong(wrong, n)
+            wrong += int(got[0]) != want[0] or not close(got[1], want[1], 1e-9)
+    frac_wrong(wrong, n)
     v = scenario["vllm"]
     want = _capacity(
         v["kv_cache_gib"] * GiB, _kv(*SMOL_KV, _nbytes(v["dtype"])), v["block_size"], v["max_model_len"]
     )
     tokens, conc = predicted_vllm
-    assert _close(tokens, want[0], VLLM_RTOL) and _close(conc, want[1], VLLM_RTOL), (
+    assert close(tokens, want[0], VLLM_RTOL) and close(conc, want[1], VLLM_RTOL), (
         "predicted_vllm is not what vLLM reports for this run's SCENARIO['vllm'] settings"
     )
 
@@ -261,7 +239,7 @@ def _(parallel_plan, scenario_plan, rng, scenario):
         usable = rng.choice([14.0, 20.0, 39.0, 66.0, 70.0, 125.0])
         total = usable * rng.uniform(0.3, 30.0)
         wrong += tuple(map(int, parallel_plan(total, usable, heads, kv))) != _plan(total, usable, heads, kv)
-    _frac_wrong(wrong, n)
+    frac_wrong(wrong, n)
     from lab_utils.memory import GPUS, weight_bytes
 
     spec, s = _spec(scenario), scenario
@@ -296,7 +274,7 @@ def _(decode_step):
     """Decode tokens/s of one step and which roof limits it ("memory" or "compute")."""
     rate, bound = decode_step(1, 16e9, 1e8, 16e9, 3.35e12, 989e12)
     assert str(bound) == "memory", "at batch 1 each weight byte read does very little arithmetic"
-    assert _close(rate, _decode(1, 16e9, 1e8, 16e9, 3.35e12, 989e12)[0]), (
+    assert close(rate, _decode(1, 16e9, 1e8, 16e9, 3.35e12, 989e12)[0]), (
         "one step reads the weights once plus each sequence's KV cache"
     )
     rate2, bound2 = decode_step(4096, 1e9, 0.0, 2e9, 1e12, 1e14)
@@ -320,8 +298,8 @@ def _(decode_step, rng, scenario):
         )
         rate, bound = decode_step(*args)
         want_rate, want_bound = _decode(*args)
-        wrong += not _close(rate, want_rate) or str(bound) != want_bound
-    _frac_wrong(wrong, n)
+        wrong += not close(rate, want_rate) or str(bound) != want_bound
+    frac_wrong(wrong, n)
 
 
 # --- 01.spec_decode --------------------------------------------------------------------------
@@ -335,10 +313,10 @@ def _(decode_step, rng, scenario):
 )
 def _(expected_tokens_per_pass, scenario_spec_speedup):
     """Expected tokens per target pass with k drafts accepted with probability alpha; SCENARIO's speed-up."""
-    assert _close(expected_tokens_per_pass(0.0, 4), 1.0), (
+    assert close(expected_tokens_per_pass(0.0, 4), 1.0), (
         "even when every draft is rejected, the target's own pass still yields a token"
     )
-    assert _close(expected_tokens_per_pass(0.5, 1), _expected(0.5, 1)), (
+    assert close(expected_tokens_per_pass(0.5, 1), _expected(0.5, 1)), (
         "a draft counts only if every draft before it was accepted too"
     )
     assert float(expected_tokens_per_pass(0.8, 5)) > float(expected_tokens_per_pass(0.8, 2)), (
@@ -353,12 +331,10 @@ def _(expected_tokens_per_pass, scenario_spec_speedup, rng, scenario):
     cases = [(round(rng.uniform(0.05, 0.98), 3), rng.randint(1, 10)) for _ in range(16)] + [
         (1.0, rng.randint(2, 8))
     ]
-    _frac_wrong(
-        sum(not _close(expected_tokens_per_pass(a, k), _expected(a, k)) for a, k in cases), len(cases)
-    )
+    frac_wrong(sum(not close(expected_tokens_per_pass(a, k), _expected(a, k)) for a, k in cases), len(cases))
     s = scenario
     want = _expected(s["spec_alpha"], s["spec_k"]) / (1 + s["spec_k"] * s["draft_cost_ratio"])
-    assert _close(scenario_spec_speedup, want, 1e-3), (
+    assert close(scenario_spec_speedup, want, 1e-3), (
         "scenario_spec_speedup is not the speed-up for this run's SCENARIO (alpha, k, draft cost)"
     )
 
@@ -375,10 +351,10 @@ def _(expected_tokens_per_pass, scenario_spec_speedup, rng, scenario):
 def _(prefill_ttft_s, scenario_ttft_s):
     """Compute-bound prefill time on tp x pp GPUs; and SCENARIO's TTFT."""
     one = float(prefill_ttft_s(8e9, 4096, 989, 0.5, 1, 1))
-    assert _close(one, _ttft(8e9, 4096, 989, 0.5, 1, 1)), (
+    assert close(one, _ttft(8e9, 4096, 989, 0.5, 1, 1)), (
         "count the FLOPs a prompt costs (per parameter, per token) and divide by the FLOP/s really reached"
     )
-    assert _close(prefill_ttft_s(8e9, 4096, 989, 0.5, 1, 4), one), (
+    assert close(prefill_ttft_s(8e9, 4096, 989, 0.5, 1, 4), one), (
         "pipeline stages run one after another for a single prompt: they add GPUs, not speed, here"
     )
     t = float(scenario_ttft_s)
@@ -398,10 +374,10 @@ def _(prefill_ttft_s, scenario_ttft_s, rng, scenario):
         )
         for _ in range(16)
     ]
-    _frac_wrong(sum(not _close(prefill_ttft_s(*c), _ttft(*c)) for c in cases), len(cases))
+    frac_wrong(sum(not close(prefill_ttft_s(*c), _ttft(*c)) for c in cases), len(cases))
     from lab_utils.memory import GPUS
 
     s = scenario
     tp, pp = s["ttft_parallel"]
     want = _ttft(_spec(s).num_params, s["prompt_tokens"], GPUS[s["gpu"]].bf16_tflops, s["mfu"], tp, pp)
-    assert _close(scenario_ttft_s, want, 1e-3), "scenario_ttft_s is not the TTFT for this run's SCENARIO"
+    assert close(scenario_ttft_s, want, 1e-3), "scenario_ttft_s is not the TTFT for this run's SCENARIO"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from lab_utils.grading.checks import close, partial
 from lab_utils.grading.registry import hidden, question, scenario
 
 _SCHEDULE_REFS = [
@@ -72,19 +73,6 @@ def triton_scenario(s: dict):
     )
 
 
-def _close(value, expected: float, rel: float = 0.02) -> bool:
-    v = float(value)
-    return math.isfinite(v) and abs(v - expected) <= rel * abs(expected) + 1e-12
-
-
-def _fraction(passed: int, total: int, what: str) -> float | None:
-    if passed == total:
-        return None
-    if passed == 0:
-        raise AssertionError(f"wrong on all {total} unseen {what}")
-    return passed / total
-
-
 # --- 03.static_utilisation ---------------------------------------------------------------------
 
 
@@ -107,18 +95,18 @@ def _simulated_utilisation(lens: list[int]) -> float:
 )
 def _(static_slot_utilisation):
     """Fraction of slot-steps of one static batch that produce a token."""
-    assert _close(static_slot_utilisation([10, 10]), 1.0, 1e-9), "requests of equal length waste no slot"
+    assert close(static_slot_utilisation([10, 10]), 1.0, 1e-9), "requests of equal length waste no slot"
     got = float(static_slot_utilisation([1, 3]))
     assert 0 < got < 1, "a batch with unequal lengths keeps some slots busy for nothing"
-    assert _close(static_slot_utilisation([3, 1]), got, 1e-9), "the order of requests does not matter"
+    assert close(static_slot_utilisation([3, 1]), got, 1e-9), "the order of requests does not matter"
 
 
 @hidden("03.static_utilisation")
 def _(static_slot_utilisation, rng, scenario):
     cases = [[scenario["short_len"]] * (scenario["batch_size"] - 1) + [scenario["long_len"]]]
     cases += [[rng.randint(1, 60) for _ in range(rng.randint(1, 12))] for _ in range(12)]
-    passed = sum(_close(static_slot_utilisation(list(c)), _simulated_utilisation(c), 1e-6) for c in cases)
-    return _fraction(passed, len(cases), "batches")
+    passed = sum(close(static_slot_utilisation(list(c)), _simulated_utilisation(c), 1e-6) for c in cases)
+    return partial(passed, len(cases), "batches")
 
 
 # --- 03.queue_ratios ---------------------------------------------------------------------------
@@ -184,7 +172,7 @@ def _(RATIO_SAME_MIX, RATIO_SHORT_QUEUE_REQUESTS, RATIO_SHORT_QUEUE_TOKENS, rng,
         "RATIO_SHORT_QUEUE_REQUESTS": RATIO_SHORT_QUEUE_REQUESTS,
         "RATIO_SHORT_QUEUE_TOKENS": RATIO_SHORT_QUEUE_TOKENS,
     }
-    wrong = [k for k in want if not _close(got[k], want[k])]
+    wrong = [k for k in want if not close(got[k], want[k], 0.02)]
     if len(wrong) == len(want):
         raise AssertionError("none of the ratios matches the grader's scenario")
     return 1 - len(wrong) / len(want) if wrong else None
@@ -219,7 +207,7 @@ def _(PREDICTED_NO_QUEUE_GAIN):
 
 @hidden("03.predict_gain")
 def _(PREDICTED_NO_QUEUE_GAIN, rng, scenario):
-    assert _close(PREDICTED_NO_QUEUE_GAIN, no_queue_gain(scenario), GAIN_TOLERANCE), (
+    assert close(PREDICTED_NO_QUEUE_GAIN, no_queue_gain(scenario), GAIN_TOLERANCE), (
         "the prediction is more than 3% away from the simulator on the grader's scenario"
     )
 
@@ -245,7 +233,7 @@ def _(MEASURED_GAIN, rng, scenario):
         "the measurement is not of the scenario's batch"
     )
     ratio = _throughput(raw["continuous"]) / _throughput(raw["static"])
-    assert _close(ratio, no_queue_gain(scenario), 1e-6), "the samples do not re-derive the scenario's gain"
+    assert close(ratio, no_queue_gain(scenario), 1e-6), "the samples do not re-derive the scenario's gain"
 
 
 # --- 03.continuous_step ------------------------------------------------------------------------
@@ -316,7 +304,7 @@ def _random_trace(rng):
 def _(my_schedule, rng, scenario):
     traces = [t for t in (_random_trace(rng) for _ in range(24)) if t is not None][:16]
     passed = sum(_same_plans(my_schedule, wl, cfg) for wl, cfg in traces)
-    return _fraction(passed, len(traces), "traces")
+    return partial(passed, len(traces), "traces")
 
 
 # --- 03.goodput --------------------------------------------------------------------------------
@@ -339,7 +327,7 @@ def _(goodput_rps):
     """Requests per second that met a TTFT and a TPOT objective."""
     reqs = [(0.0, 0.2, 1.2, 11), (0.5, 1.5, 2.0, 6), (2.0, 2.3, 2.3, 1)]
     loose = float(goodput_rps(list(reqs), 10.0, 10.0))
-    assert _close(loose, len(reqs) / 2.3, 1e-9), (
+    assert close(loose, len(reqs) / 2.3, 1e-9), (
         "when every request meets the objective, goodput is the request rate over the whole run"
     )
     tight = float(goodput_rps(list(reqs), 0.5, 10.0))
@@ -358,10 +346,10 @@ def _(goodput_rps, rng, scenario):
             reqs.append((arrival, first, first + (n - 1) * rng.uniform(0.01, 0.3), n))
         ttft, tpot = rng.uniform(0.1, 2.0), rng.uniform(0.02, 0.3)
         want = _reference_goodput(reqs, ttft, tpot)
-        passed += _close(goodput_rps([tuple(r) for r in reqs], ttft, tpot), want, 1e-6) or (
+        passed += close(goodput_rps([tuple(r) for r in reqs], ttft, tpot), want, 1e-6) or (
             want == 0 and float(goodput_rps([tuple(r) for r in reqs], ttft, tpot)) == 0
         )
-    return _fraction(passed, total, "request sets")
+    return partial(passed, total, "request sets")
 
 
 # --- 03.dynamic_batcher ------------------------------------------------------------------------
@@ -431,5 +419,5 @@ def _(relative_error, rng, scenario):
     for _ in range(total):
         measured = rng.uniform(0.01, 500.0)
         predicted = measured * rng.uniform(0.2, 3.0)
-        passed += _close(relative_error(predicted, measured), (predicted - measured) / measured, 1e-9)
-    return _fraction(passed, total, "pairs")
+        passed += close(relative_error(predicted, measured), (predicted - measured) / measured, 1e-9)
+    return partial(passed, total, "pairs")

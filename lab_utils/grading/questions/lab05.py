@@ -12,6 +12,7 @@ import math
 import string
 from types import SimpleNamespace
 
+from lab_utils.grading.checks import close
 from lab_utils.grading.registry import hidden, question, scenario
 
 GiB = 1 << 30
@@ -30,12 +31,6 @@ _KV_SIZING = [
 def _(rng):
     """The serving goal the second server's flags must meet."""
     return {"goal_concurrency": rng.randint(2, 5), "goal_context": rng.choice([1024, 1280, 1536, 1792, 2048])}
-
-
-def _close(a: float, b: float, rel: float = 1e-9) -> bool:
-    if math.isnan(b):
-        return math.isnan(a)
-    return abs(a - b) <= rel * max(1.0, abs(b))
 
 
 # --- 05.texts_of --------------------------------------------------------------------------------
@@ -264,7 +259,7 @@ def _(gauge_value, rng, scenario):
     for _ in range(12):
         text, totals = _page(rng)
         for name in ["vllm:num_requests_running", "vllm:num_requests_waiting", "process_open_fds"]:
-            wrong += not _close(float(gauge_value(text, name)), totals.get(name, math.nan), 1e-6)
+            wrong += not close(float(gauge_value(text, name)), totals.get(name, math.nan), 1e-6)
     assert not wrong, f"wrong on {wrong} of 36 unseen lookups"
 
 
@@ -295,7 +290,7 @@ def _(p50_p95, rng, scenario):
     for _ in range(20):
         xs = [round(rng.expovariate(5.0), 4) for _ in range(rng.randint(1, 60))]
         p50, p95 = map(float, p50_p95(list(xs)))
-        wrong += not (_close(p50, _pct(xs, 0.5), 1e-9) and _close(p95, _pct(xs, 0.95), 1e-9))
+        wrong += not (close(p50, _pct(xs, 0.5), 1e-9) and close(p95, _pct(xs, 0.95), 1e-9))
     assert not wrong, f"wrong on {wrong} of 20 unseen latency lists"
 
 

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import math
 
+from lab_utils.grading.checks import close, frac_wrong, model_dict
 from lab_utils.grading.registry import hidden, question, scenario
+from lab_utils.trtllm.legacy import RENAMED
+from lab_utils.trtllm.legacy import legacy_to_llm_api as _REF_LEGACY
+from lab_utils.trtllm.plan import concurrent_sequences as _REF_SEQS
 
 GiB = 1 << 30
 PROJS = (
@@ -45,19 +49,7 @@ def _(rng):
     if rng.random() < 0.5:
         legacy["enable_kv_cache_reuse"] = rng.choice([True, False])
     return {
-        "model": {
-            "name": spec.name,
-            "num_layers": spec.num_layers,
-            "hidden_size": spec.hidden_size,
-            "num_attention_heads": spec.num_attention_heads,
-            "num_kv_heads": spec.num_kv_heads,
-            "head_dim": spec.head_dim,
-            "intermediate_size": spec.intermediate_size,
-            "vocab_size": spec.vocab_size,
-            "max_position_embeddings": spec.max_position_embeddings,
-            "attention_bias": spec.attention_bias,
-            "tie_word_embeddings": spec.tie_word_embeddings,
-        },
+        "model": model_dict(spec, "tie_word_embeddings"),
         "gpu": rng.choice(["L40S", "A100-80GB", "H100-80GB", "H200", "B200"]),
         "weights": rng.choice(["fp16", "fp8", "nvfp4", "int4_awq"]),
         "kv_dtype": rng.choice(["fp16", "fp8"]),
@@ -71,14 +63,6 @@ def _(rng):
         "group_sizes": sorted(rng.sample([16, 32, 64, 96, 192], 3)),
         "legacy_flags": legacy,
     }
-
-
-def _frac_wrong(n_wrong: int, n: int, what: str = "unseen cases") -> None:
-    assert not n_wrong, f"wrong on {n_wrong} of {n} {what}"
-
-
-def _close(a, b, rtol=1e-9) -> bool:
-    return math.isclose(float(a), float(b), rel_tol=rtol, abs_tol=1e-12)
 
 
 # --- 08.group_quantize -------------------------------------------------------------------------
@@ -165,7 +149,7 @@ def _(group_quantize, rng, scenario):
             wrong += _check_group(group_quantize, w, rng.choice([2, 3, 4, 8]), g) is not None
         except Exception:
             wrong += 1
-    _frac_wrong(wrong, n, "unseen random matrices")
+    frac_wrong(wrong, n, "unseen random matrices")
 
 
 # --- 08.matrix_bytes ---------------------------------------------------------------------------
@@ -213,16 +197,10 @@ def _(matrix_bytes, rng, scenario):
             rng.choice([32, 64, 128]),
         )
         wrong += int(matrix_bytes(inp, out, fmt, g)) != _ref_bytes(inp, out, fmt, g)
-    _frac_wrong(wrong, n)
+    frac_wrong(wrong, n)
 
 
 # --- 08.max_sequences (and the scenario's value) ---------------------------------------------
-
-
-def _ref_seqs(gpu, weights, other, fraction, per_token, seq_len, tpb):
-    free = max(int(gpu) - int(weights) - int(other), 0)
-    blocks = int(fraction * free) // (tpb * per_token)
-    return blocks // -(-seq_len // tpb)
 
 
 def _spec(scen):
@@ -288,10 +266,10 @@ def _(max_sequences, scenario_sequences, rng, scenario):
             rng.randint(100, 40_000),
             rng.choice([16, 32, 64]),
         )
-        wrong += int(max_sequences(*case)) != _ref_seqs(*case)
-    _frac_wrong(wrong, n)
+        wrong += int(max_sequences(*case)) != _REF_SEQS(*case)
+    frac_wrong(wrong, n)
     gpu, w, other, per_token = _scenario_inputs(scenario)
-    want = _ref_seqs(
+    want = _REF_SEQS(
         gpu, w, other, scenario["fraction"], per_token, scenario["seq_len"], scenario["tokens_per_block"]
     )
     assert int(scenario_sequences) == want, "scenario_sequences is not the count for this run's SCENARIO"
@@ -302,7 +280,7 @@ def _(max_sequences, scenario_sequences, rng, scenario):
 
 def _ref_fraction(gpu, weights, other, per_token, seq_len, tpb, n_seq):
     for k in range(1, 101):
-        if _ref_seqs(gpu, weights, other, k / 100, per_token, seq_len, tpb) >= n_seq:
+        if _REF_SEQS(gpu, weights, other, k / 100, per_token, seq_len, tpb) >= n_seq:
             return k / 100
     return None
 
@@ -317,7 +295,7 @@ def _(fraction_needed):
     """Smallest free_gpu_memory_fraction (in steps of 0.01) that fits n sequences, or None."""
     got = fraction_needed(1300, 200, 100, 10, 8, 4, 3)
     assert got is not None and 0 < float(got) <= 1, "3 sequences of 8 tokens fit in this GPU"
-    assert _close(got, 0.24), "the smallest fraction, in steps of 0.01, whose whole blocks hold them all"
+    assert close(got, 0.24), "the smallest fraction, in steps of 0.01, whose whole blocks hold them all"
     assert fraction_needed(1300, 200, 100, 10, 8, 4, 13) is None, "more than the whole free memory: None"
 
 
@@ -336,28 +314,13 @@ def _(fraction_needed, rng, scenario):
             rng.randint(1, 300),
         )
         want, got = _ref_fraction(*case), fraction_needed(*case)
-        wrong += (want is None) != (got is None) or (want is not None and not _close(got, want, 1e-9))
-    _frac_wrong(wrong, n)
+        wrong += (want is None) != (got is None) or (want is not None and not close(got, want, 1e-9))
+    frac_wrong(wrong, n)
 
 
 # --- 08.legacy_to_llm_api ----------------------------------------------------------------------
 
-_RENAMED = {
-    "max_batch_size": "max_batch_size",
-    "max_num_tokens": "max_num_tokens",
-    "max_seq_len": "max_seq_len",
-    "max_beam_width": "max_beam_width",
-    "tp_size": "tensor_parallel_size",
-    "pp_size": "pipeline_parallel_size",
-    "dtype": "dtype",
-    "tokens_per_block": "kv_cache_config.tokens_per_block",
-    "kv_cache_free_gpu_mem_fraction": "kv_cache_config.free_gpu_memory_fraction",
-    "max_tokens_in_paged_kv_cache": "kv_cache_config.max_tokens",
-    "enable_kv_cache_reuse": "kv_cache_config.enable_block_reuse",
-    "kv_cache_dtype": "kv_cache_config.dtype",
-    "enable_chunked_context": "enable_chunked_prefill",
-}
-_DROPPED = (
+_DROPPED = (  # a few of lab_utils.trtllm.legacy.LEGACY_DROPPED, drawn into random flag sets
     "use_gpt_attention_plugin",
     "use_gemm_plugin",
     "use_rmsnorm_plugin",
@@ -369,22 +332,6 @@ _DROPPED = (
 )
 
 
-def _ref_legacy(flags):
-    out = {}
-    for k, v in flags.items():
-        if k in _DROPPED or k in ("max_input_len", "max_output_len"):
-            continue
-        key = _RENAMED[k]
-        if "." in key:
-            a, b = key.split(".")
-            out.setdefault(a, {})[b] = v
-        else:
-            out[key] = v
-    if "max_seq_len" not in out and "max_input_len" in flags:
-        out["max_seq_len"] = flags["max_input_len"] + flags["max_output_len"]
-    return out
-
-
 def _plain(obj):
     import json
 
@@ -393,7 +340,7 @@ def _plain(obj):
 
 def _random_flags(rng):
     flags = {}
-    for k in rng.sample(sorted(_RENAMED), rng.randint(2, 7)):
+    for k in rng.sample(sorted(RENAMED), rng.randint(2, 7)):
         if k == "kv_cache_free_gpu_mem_fraction":
             flags[k] = rng.choice([0.5, 0.8, 0.9])
         elif k in ("enable_kv_cache_reuse", "enable_chunked_context"):
@@ -426,7 +373,7 @@ def _(legacy_to_llm_api):
     assert got == {"max_batch_size": 32, "tensor_parallel_size": 2}, "tp_size has a longer name today"
     got = _plain(legacy_to_llm_api({"tokens_per_block": 64, "max_input_len": 1000, "max_output_len": 24}))
     assert "tokens_per_block" not in got, "KV-cache settings live inside one sub-config"
-    assert got == _ref_legacy({"tokens_per_block": 64, "max_input_len": 1000, "max_output_len": 24}), (
+    assert got == _REF_LEGACY({"tokens_per_block": 64, "max_input_len": 1000, "max_output_len": 24}), (
         "the engine's separate input and output limits became one limit on the whole sequence"
     )
 
@@ -434,8 +381,8 @@ def _(legacy_to_llm_api):
 @hidden("08.legacy_to_llm_api")
 def _(legacy_to_llm_api, rng, scenario):
     cases = [dict(scenario["legacy_flags"])] + [_random_flags(rng) for _ in range(15)]
-    wrong = sum(_plain(legacy_to_llm_api(dict(c))) != _plain(_ref_legacy(c)) for c in cases)
-    _frac_wrong(wrong, len(cases), "flag sets (the scenario's and unseen ones)")
+    wrong = sum(_plain(legacy_to_llm_api(dict(c))) != _plain(_REF_LEGACY(c)) for c in cases)
+    frac_wrong(wrong, len(cases), "flag sets (the scenario's and unseen ones)")
 
 
 # --- 08.predicted_rms (predict, then the lab measures) -------------------------------------------
@@ -470,7 +417,7 @@ def _(predict_rms_error, predicted_rms):
     w = torch.tensor([[1.0, -1.0, 0.5, 0.25, 7.0, 0.0, 0.0, 0.0]])
     got = float(predict_rms_error(w, 4, 4))
     assert got > 0, "rounding always costs something when the scale is not zero"
-    assert _close(got, _ref_predict(w, 4, 4), 1e-6), (
+    assert close(got, _ref_predict(w, 4, 4), 1e-6), (
         "each group's step is its scale; a rounding error spread evenly over one step has RMS step/sqrt(12)"
     )
     assert float(predict_rms_error(w, 4, 8)) > got, "one larger group takes the larger scale for everyone"
@@ -490,13 +437,13 @@ def _(predict_rms_error, predicted_rms, rng, scenario):
         g = rng.choice([8, 16, 32, 64])
         w = torch.randn(rng.randint(1, 30), g * rng.randint(1, 6), generator=gen) * rng.choice([0.02, 1.0])
         bits = rng.choice([3, 4, 8])
-        wrong += not _close(predict_rms_error(w, bits, g), _ref_predict(w, bits, g), 1e-6)
-    _frac_wrong(wrong, n)
+        wrong += not close(predict_rms_error(w, bits, g), _ref_predict(w, bits, g), 1e-6)
+    frac_wrong(wrong, n)
     w = _course_matrix(scenario["layer"], scenario["proj"])
     got = {int(k): float(v) for k, v in dict(predicted_rms).items()}
     assert sorted(got) == sorted(scenario["group_sizes"]), "predicted_rms must cover SCENARIO['group_sizes']"
     for g in scenario["group_sizes"]:
-        assert _close(got[g], _ref_predict(w, 4, g), PREDICT_RTOL), (
+        assert close(got[g], _ref_predict(w, 4, g), PREDICT_RTOL), (
             "predicted_rms does not match the rounding model for this run's SCENARIO matrix"
         )
 

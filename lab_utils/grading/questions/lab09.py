@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from lab_utils.grading.checks import close
 from lab_utils.grading.registry import hidden, question, scenario
 
 _GPUS = ["L4", "L40S", "A100-80GB", "H100-80GB"]
@@ -42,12 +43,6 @@ def _(rng):
         },
         "gpu": rng.choice(_GPUS),
     }
-
-
-def _close(a: float, b: float, rel: float = 1e-9) -> bool:
-    if isinstance(b, float) and math.isnan(b):
-        return math.isnan(a)
-    return abs(a - b) <= rel * max(1.0, abs(b))
 
 
 # --- 09.percentiles -----------------------------------------------------------------------------
@@ -87,7 +82,7 @@ def _(percentiles, rng, scenario):
         xs = [round(rng.lognormvariate(-1, 0.8), 5) for _ in range(rng.randint(1, 80))]
         qs = [rng.choice([0, 25, 50, 90, 95, 99, 99.9, 100]) for _ in range(rng.randint(1, 4))]
         got = [float(v) for v in percentiles(list(xs), list(qs))]
-        wrong += len(got) != len(qs) or not all(_close(g, _pct(xs, q), 1e-9) for g, q in zip(got, qs))
+        wrong += len(got) != len(qs) or not all(close(g, _pct(xs, q), 1e-9) for g, q in zip(got, qs))
     assert not wrong, f"wrong on {wrong} of 20 unseen latency samples"
 
 
@@ -146,7 +141,7 @@ def _(goodput, rng, scenario):
     for _ in range(20):
         recs = _records(rng, rng.randint(1, 40))
         a, b, d = rng.choice([0.25, 0.5, 1.0, 2.0]), rng.choice([0.05, 0.1, 0.2]), rng.uniform(1, 30)
-        wrong += not _close(
+        wrong += not close(
             float(goodput([dict(r) for r in recs], a, b, d)), _ref_goodput(recs, a, b, d), 1e-9
         )
     assert not wrong, (
@@ -183,7 +178,7 @@ def _(knee_rate, rng, scenario):
     wrong = 0
     for _ in range(20):
         args = (rng.uniform(0.005, 0.05), rng.uniform(0.0, 0.01), rng.randint(4, 256), rng.randint(1, 64))
-        wrong += not _close(float(knee_rate(*args)), _ref_knee(*args), 1e-6)
+        wrong += not close(float(knee_rate(*args)), _ref_knee(*args), 1e-6)
     assert not wrong, f"wrong on {wrong} of 20 unseen step costs (prediction within 1e-6 of the model)"
 
 
@@ -354,7 +349,7 @@ def _(cost_per_mtok):
     """Dollars per million output tokens from the replicas paid each interval, the price and the tokens."""
     a = float(cost_per_mtok([2, 2, 4], 60, 3.0, 1_000_000))
     assert a > 0, "a positive price"
-    assert _close(float(cost_per_mtok([2, 2, 4], 60, 3.0, 2_000_000)), a / 2, 1e-9), (
+    assert close(float(cost_per_mtok([2, 2, 4], 60, 3.0, 2_000_000)), a / 2, 1e-9), (
         "twice the tokens for the same replica time: half the price per token"
     )
 
@@ -370,5 +365,5 @@ def _(cost_per_mtok, rng, scenario):
         price = get_gpu(scenario["gpu"]).price_per_hour if k == 0 else round(rng.uniform(0.5, 6), 2)
         tokens = rng.randint(10_000, 10**9)
         want = sum(reps) * interval / 3600 * price / (tokens / 1e6)
-        wrong += not _close(float(cost_per_mtok(list(reps), interval, price, tokens)), want, 1e-9)
+        wrong += not close(float(cost_per_mtok(list(reps), interval, price, tokens)), want, 1e-9)
     assert not wrong, f"wrong on {wrong} of 15 unseen runs"

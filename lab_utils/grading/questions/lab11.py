@@ -13,6 +13,7 @@ import math
 import random
 
 from lab_utils.drills import TOPICS, calc, make_drills
+from lab_utils.grading.checks import close, partial
 from lab_utils.grading.registry import hidden, question, scenario
 
 CALC = "lab_utils.drills.calc"
@@ -40,22 +41,6 @@ def _(rng: random.Random) -> dict:
             "headroom": 0.7,
         },
     }
-
-
-def _close(got, want, rel=1e-6) -> bool:
-    try:
-        g = float(got)
-    except (TypeError, ValueError):
-        return False
-    return math.isfinite(g) and math.isclose(g, want, rel_tol=rel, abs_tol=1e-9)
-
-
-def _fraction(ok: int, total: int, what: str):
-    if ok == total:
-        return None
-    if ok == 0:
-        raise AssertionError(f"wrong on all {total} unseen {what}")
-    return ok / total
 
 
 # --- 1. GPUs needed under the tensor-parallel constraints ---------------------------------------
@@ -93,8 +78,8 @@ def _(gpus_needed, rng, scenario):
         )
         want = calc.gpus_needed(*args)
         got = gpus_needed(*args)
-        ok += (got is None) if want is None else (got is not None and _close(got, want))
-    return _fraction(ok, n, "sizing cases")
+        ok += (got is None) if want is None else (got is not None and close(got, want))
+    return partial(ok, n, "sizing cases")
 
 
 # --- 2. Where decode turns compute-bound ----------------------------------------------------------
@@ -112,7 +97,7 @@ def _(critical_batch):
     b = float(critical_batch(989, 3350, 1))
     assert a > 0 and b > 0, "a batch size is positive"
     assert math.isclose(a, 2 * b, rel_tol=1e-6), "halving the bytes per weight should halve this batch: why?"
-    assert _close(a, calc.critical_batch(989, 3350, 2)), (
+    assert close(a, calc.critical_batch(989, 3350, 2)), (
         "ridge point = peak FLOP/s over bytes/s; a decode step does 2 FLOPs per weight per sequence"
     )
 
@@ -122,8 +107,8 @@ def _(critical_batch, rng, scenario):
     ok, n = 0, 20
     for _ in range(n):
         args = (rng.uniform(50, 2500), rng.uniform(200, 8000), rng.choice([0.5, 1.0, 2.0, 4.0]))
-        ok += _close(critical_batch(*args), calc.critical_batch(*args))
-    return _fraction(ok, n, "GPUs")
+        ok += close(critical_batch(*args), calc.critical_batch(*args))
+    return partial(ok, n, "GPUs")
 
 
 # --- 3. Continuous vs static batching --------------------------------------------------------------
@@ -132,14 +117,14 @@ def _(critical_batch, rng, scenario):
 @question("11.batching_gain", points=2, answers=["batching_gain"], forbid=[f"{CALC}:batching_gain"])
 def _(batching_gain):
     """Throughput of continuous over static batching for output lengths taken in order."""
-    assert _close(batching_gain([100] * 8, 8), 1.0), (
+    assert close(batching_gain([100] * 8, 8), 1.0), (
         "when every request has the same length there is nothing to gain"
     )
     got = float(batching_gain([50] * 7 + [500], 8))
-    assert not _close(got, 10.0, 0.05), (
+    assert not close(got, 10.0, 0.05), (
         "the seed's ~10x is long/short; continuous batching pays each request's own length"
     )
-    assert _close(got, calc.batching_gain([50] * 7 + [500], 8)), (
+    assert close(got, calc.batching_gain([50] * 7 + [500], 8)), (
         "static: each batch costs its longest request; continuous: slots never idle"
     )
 
@@ -150,8 +135,8 @@ def _(batching_gain, rng, scenario):
     for _ in range(n):
         b = rng.randint(1, 16)
         lens = [rng.randint(1, 2000) for _ in range(rng.randint(1, 60))]
-        ok += _close(batching_gain(lens, b), calc.batching_gain(lens, b))
-    return _fraction(ok, n, "workloads")
+        ok += close(batching_gain(lens, b), calc.batching_gain(lens, b))
+    return partial(ok, n, "workloads")
 
 
 # --- 4. Speculative decoding -----------------------------------------------------------------------
@@ -165,14 +150,14 @@ def _(batching_gain, rng, scenario):
 )
 def _(spec_expected_tokens, spec_speedup):
     """Expected tokens per target pass, and the speed-up once the draft's cost is paid."""
-    assert _close(spec_expected_tokens(0.0, 4), 1.0), "with nothing accepted, the target still adds one token"
+    assert close(spec_expected_tokens(0.0, 4), 1.0), "with nothing accepted, the target still adds one token"
     e = float(spec_expected_tokens(0.8, 4))
     assert 1 < e < 5, "between one token and k + 1 tokens per pass"
-    assert _close(e, calc.spec_expected_tokens(0.8, 4)), (
+    assert close(e, calc.spec_expected_tokens(0.8, 4)), (
         "a geometric series: each draft survives only if all before it did"
     )
     assert float(spec_speedup(0.8, 4, 0.1)) < e, "the draft's k steps cost time too"
-    assert _close(spec_speedup(0.8, 4, 0.1), calc.spec_speedup(0.8, 4, 0.1)), (
+    assert close(spec_speedup(0.8, 4, 0.1), calc.spec_speedup(0.8, 4, 0.1)), (
         "divide tokens per round by the round's cost in target steps"
     )
 
@@ -182,10 +167,10 @@ def _(spec_expected_tokens, spec_speedup, rng, scenario):
     ok, n = 0, 20
     for _ in range(n):
         a, k, c = round(rng.uniform(0.05, 0.95), 3), rng.randint(1, 10), round(rng.uniform(0.01, 0.5), 3)
-        ok += _close(spec_expected_tokens(a, k), calc.spec_expected_tokens(a, k)) and _close(
+        ok += close(spec_expected_tokens(a, k), calc.spec_expected_tokens(a, k)) and close(
             spec_speedup(a, k, c), calc.spec_speedup(a, k, c)
         )
-    return _fraction(ok, n, "(alpha, k, cost) cases")
+    return partial(ok, n, "(alpha, k, cost) cases")
 
 
 # --- 5. Cost per million tokens --------------------------------------------------------------------
@@ -200,10 +185,10 @@ def _(spec_expected_tokens, spec_speedup, rng, scenario):
 def _(cost_per_million_tokens):
     """Dollars per million output tokens from an hourly GPU price and a sustained throughput."""
     a = float(cost_per_million_tokens(2.5, 1, 1000))
-    assert _close(cost_per_million_tokens(2.5, 2, 1000), 2 * a), (
+    assert close(cost_per_million_tokens(2.5, 2, 1000), 2 * a), (
         "twice the GPUs at the same throughput cost twice as much"
     )
-    assert _close(a, calc.cost_per_million_tokens(2.5, 1, 1000)), "an hour has 3600 seconds; a million is 1e6"
+    assert close(a, calc.cost_per_million_tokens(2.5, 1, 1000)), "an hour has 3600 seconds; a million is 1e6"
 
 
 @hidden("11.cost_per_million")
@@ -211,8 +196,8 @@ def _(cost_per_million_tokens, rng, scenario):
     ok, n = 0, 15
     for _ in range(n):
         args = (round(rng.uniform(0.3, 8), 2), rng.randint(1, 16), rng.uniform(50, 50_000))
-        ok += _close(cost_per_million_tokens(*args), calc.cost_per_million_tokens(*args))
-    return _fraction(ok, n, "price and throughput cases")
+        ok += close(cost_per_million_tokens(*args), calc.cost_per_million_tokens(*args))
+    return partial(ok, n, "price and throughput cases")
 
 
 # --- 6. The seeded drill set -----------------------------------------------------------------------
@@ -285,7 +270,7 @@ def _(predicted_gain):
 @hidden("11.predict_batching")
 def _(predicted_gain, rng, scenario):
     b = scenario["batching"]
-    assert _close(predicted_gain, calc.batching_gain(b["output_lens"], b["batch_size"]), 0.01), (
+    assert close(predicted_gain, calc.batching_gain(b["output_lens"], b["batch_size"]), 0.01), (
         "the prediction does not follow from the scenario's workload"
     )
 
@@ -331,4 +316,4 @@ def _(chat_replicas):
 def _(chat_replicas, rng, scenario):
     c = scenario["chat"]
     want = calc.replicas_needed(c["rate"], c["output_tokens"], c["tokens_per_s_per_replica"], c["headroom"])
-    assert _close(chat_replicas, want), "the replica count does not follow from the scenario's chat prompt"
+    assert close(chat_replicas, want), "the replica count does not follow from the scenario's chat prompt"
