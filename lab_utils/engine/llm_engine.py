@@ -5,7 +5,7 @@
     outs = engine.generate(["Hello"], SamplingParams(temperature=0, max_tokens=20))
     outs[0].outputs[0].text
 
-The loop is the one vLLM runs (STYLE.md): `step()` = schedule -> execute -> update.
+The loop is the one vLLM runs (`EngineCore.step`): `step()` = schedule -> execute -> update -> outputs.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .config import EngineConfig, resolve_model
 from .outputs import CompletionOutput, RequestMetrics, RequestOutput
 from .request import Request, RequestStatus
 from .sampling_params import SamplingParams
-from .scheduler import Scheduler, SchedulerConfig
+from .scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from .snapshot import StepSnapshot, to_sim_result
 
 if TYPE_CHECKING:  # imported lazily at run time (measure.py stamps results)
@@ -204,7 +204,6 @@ class LLMEngine:
         ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
         for req in self.scheduler.finish_requests(ids, RequestStatus.FINISHED_ABORTED):
             self._retire(req)
-            self._requests.pop(req.request_id, None)
 
     def has_unfinished_requests(self) -> bool:
         """True while any request is waiting or running."""
@@ -215,53 +214,49 @@ class LLMEngine:
         return self.scheduler.get_num_unfinished_requests()
 
     # ------------------------------------------------------------------ the loop
-    def step(self) -> list[RequestOutput]:
-        """One iteration: schedule -> execute -> update. Returns an output per request that advanced."""
-        return self._step(detokenize=True)
+    def step(self, *, finished_only: bool = False) -> list[RequestOutput]:
+        """One iteration, as vLLM's `EngineCore.step`: schedule -> execute -> update -> outputs.
 
-    def _step(self, detokenize: bool) -> list[RequestOutput]:
+        Returns an output per request that got a token in this step; with `finished_only`, only
+        for those that finished (`generate` uses it, so unfinished text is not detokenized).
+        """
         t_start = time.perf_counter()
         scheduler_output = self.scheduler.schedule()
+        self._check_progress(scheduler_output)
         t_sched = time.perf_counter()
+        runner_output = self.model_runner.execute_model(scheduler_output, self._requests)
+        t_exec = time.perf_counter()
+        advanced = self._update(scheduler_output, runner_output.sampled_token_ids)
+        outputs = [self._make_output(r) for r in advanced if r.is_finished or not finished_only]
+        self._record(scheduler_output, advanced, t_start, t_sched, t_exec)
+        return outputs
+
+    def _check_progress(self, scheduler_output: SchedulerOutput) -> None:
         if scheduler_output.total_num_scheduled_tokens == 0 and self.has_unfinished_requests():
             # Nothing can change the plan before the next step (no clock, no arrivals): a stall.
             raise RuntimeError(
                 f"the scheduler planned no work with {self.get_num_unfinished_requests()} requests "
                 "unfinished; a policy must give at least one running or waiting request tokens"
             )
-        runner_output = self.model_runner.execute_model(scheduler_output, self._requests)
-        t_exec = time.perf_counter()
-        finished = self.scheduler.update_from_output(scheduler_output, runner_output.sampled_token_ids)
-        finished_ids = {r.request_id for r in finished}
-        outputs = []
-        for rid in runner_output.sampled_token_ids:
-            req = self._requests[rid]
+
+    def _update(self, scheduler_output: SchedulerOutput, sampled_token_ids: dict[str, int]) -> list[Request]:
+        """Advance every request by the step's work; returns the requests that got a token.
+
+        The scheduler appends the tokens and stops requests on EOS, stop tokens and length; stop
+        strings need the tokenizer, so they are checked here. Finished requests are retired.
+        """
+        self.scheduler.update_from_output(scheduler_output, sampled_token_ids)
+        now = time.monotonic()
+        advanced = [self._requests[rid] for rid in sampled_token_ids]
+        for req in advanced:
             if req.first_token_time is None:
-                req.first_token_time = time.monotonic()
+                req.first_token_time = now
             if req.sampling_params.stop_strings and not req.is_finished and self._hit_stop_string(req):
-                self.scheduler.finish_requests(rid, RequestStatus.FINISHED_STOPPED)
-                finished_ids.add(rid)
-            if req.is_finished or detokenize:
-                outputs.append(self._make_output(req))
-        for rid in finished_ids:
-            self._retire(self._requests.pop(rid))
-        if self.config.record_steps:
-            self._record(scheduler_output, runner_output, sorted(finished_ids), t_start, t_sched, t_exec)
-        if self._capture is not None:
-            so = scheduler_output
-            self._capture.append(
-                {
-                    "step": so.step,
-                    "schedule_s": t_sched - t_start,
-                    "execute_s": t_exec - t_sched,
-                    "update_s": time.perf_counter() - t_exec,
-                    "scheduled": {r: int(n) for r, n in so.num_scheduled_tokens.items()},
-                    "blocks": {r: len(b) for r, b in so.block_tables.items()},
-                    "preempted": list(so.preempted_req_ids),
-                    "num_free_blocks": int(getattr(self.kv_cache_manager, "num_free_blocks", 0)),
-                }
-            )
-        return outputs
+                self.scheduler.finish_requests(req.request_id, RequestStatus.FINISHED_STOPPED)
+        for req in advanced:
+            if req.is_finished:
+                self._retire(req)
+        return advanced
 
     def _hit_stop_string(self, req: Request) -> bool:
         text = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=True)
@@ -290,7 +285,9 @@ class LLMEngine:
         )
 
     def _retire(self, req: Request) -> None:
+        """Forget a finished request, keeping its lengths, times and preemptions in request_stats."""
         req.finished_time = time.monotonic()
+        self._requests.pop(req.request_id, None)
         self.model_runner.sampler.forget(req.request_id)
         self.request_stats[req.request_id] = {
             "arrival_time": req.arrival_time,
@@ -302,12 +299,35 @@ class LLMEngine:
             "finish_reason": req.status.value,
         }
 
-    def _record(self, so, ro, finished_ids: list[str], t_start: float, t_sched: float, t_exec: float) -> None:
+    def _record(
+        self,
+        so: SchedulerOutput,
+        advanced: list[Request],
+        t_start: float,
+        t_sched: float,
+        t_exec: float,
+    ) -> None:
+        """The step's metrics, in one place: `measure()`'s per-step record and a `StepSnapshot`.
+
+        Prefill and decode are the scheduler's split (`so.decode_req_ids`), not re-derived here.
+        """
+        t_end = time.perf_counter()
         kv = self.kv_cache_manager
-        for rid in so.new_req_ids:
-            req = self._requests.get(rid) or self.scheduler.requests.get(rid)
-            if req is not None and req.first_scheduled_time is None:
-                req.first_scheduled_time = time.monotonic()
+        if self._capture is not None:
+            self._capture.append(
+                {
+                    "step": so.step,
+                    "schedule_s": t_sched - t_start,
+                    "execute_s": t_exec - t_sched,
+                    "update_s": t_end - t_exec,
+                    "scheduled": {r: int(n) for r, n in so.num_scheduled_tokens.items()},
+                    "blocks": {r: len(b) for r, b in so.block_tables.items()},
+                    "preempted": list(so.preempted_req_ids),
+                    "num_free_blocks": int(getattr(kv, "num_free_blocks", 0)),
+                }
+            )
+        if not self.config.record_steps:
+            return
         running = list(self.scheduler.running)
         computed = {r.request_id: r.num_computed_tokens for r in running}
         frame = None
@@ -316,8 +336,7 @@ class LLMEngine:
 
             desc = f"step {so.step}: {len(so.req_ids)} requests, {so.total_num_scheduled_tokens} tokens"
             frame = snapshot(kv, computed, len(self.snapshots), "step", None, desc, so.blocks_to_copy)
-        t_end = time.perf_counter()
-        free = getattr(kv, "num_free_blocks", 0)
+        decode = set(so.decode_req_ids)
         self.snapshots.append(
             StepSnapshot(
                 step=so.step,
@@ -325,34 +344,20 @@ class LLMEngine:
                 schedule_s=t_sched - t_start,
                 execute_s=t_exec - t_sched,
                 update_s=t_end - t_exec,
-                prefill={
-                    r: n
-                    for r, n in so.num_scheduled_tokens.items()
-                    if not (n == 1 and so.num_computed_tokens.get(r, 0) >= self._prompt_len(r))
-                },
-                decode=[
-                    r
-                    for r, n in so.num_scheduled_tokens.items()
-                    if n == 1 and so.num_computed_tokens.get(r, 0) >= self._prompt_len(r)
-                ],
+                prefill={r: n for r, n in so.num_scheduled_tokens.items() if r not in decode},
+                decode=list(so.decode_req_ids),
                 num_computed_tokens=computed,
                 block_tables={r.request_id: list(kv.get_block_ids(r.request_id)) for r in running},
                 new_req_ids=list(so.new_req_ids),
                 preempted_req_ids=list(so.preempted_req_ids),
-                finished_req_ids=finished_ids,
+                finished_req_ids=sorted(r.request_id for r in advanced if r.is_finished),
                 num_running=len(running),
                 num_waiting=len(self.scheduler.waiting),
                 kv_usage=float(getattr(kv, "usage", 0.0)),
-                num_free_blocks=int(free),
+                num_free_blocks=int(getattr(kv, "num_free_blocks", 0)),
                 frame=frame,
             )
         )
-
-    def _prompt_len(self, rid: str) -> int:
-        req = self._requests.get(rid)
-        if req is not None:
-            return req.num_prompt_tokens
-        return self.request_stats.get(rid, {}).get("prompt_len", 0)
 
     # ------------------------------------------------------------------ offline API
     def _add_all(
@@ -387,7 +392,7 @@ class LLMEngine:
         while wanted - done.keys():
             if not self.has_unfinished_requests():
                 raise RuntimeError("the engine went idle before every request finished")
-            for out in self._step(detokenize=False):
+            for out in self.step(finished_only=True):
                 if out.finished and out.request_id in wanted:
                     done[out.request_id] = out
         return [done[i] for i in ids]

@@ -18,6 +18,7 @@ same small `SchedulingState`, so a learner's own policy plugs into either.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -237,6 +238,8 @@ class Scheduler:
         """Move `request` from the front of the waiting queue into the running batch."""
         self.waiting.remove(request)
         request.status = RequestStatus.RUNNING
+        if request.first_scheduled_time is None:
+            request.first_scheduled_time = time.monotonic()
         if request.num_preemptions == 0:  # prefix-cache hits of its first admission (vLLM's metric)
             request.num_cached_tokens = request.num_computed_tokens
         self.running.append(request)

@@ -132,7 +132,7 @@ class EngineWorker:
             self.metrics.set("tgi_queue_size", len(sched.waiting))
             t = time.monotonic()
             try:
-                outputs = eng._step(detokenize=False)
+                outputs = eng.step(finished_only=True)
             except Exception as e:  # noqa: BLE001 - a failed forward fails the batch, as in TGI
                 for rid, job in list(self.jobs.items()):
                     job.push(("error", f"Request failed during generation: {e}"))
