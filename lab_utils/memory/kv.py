@@ -22,13 +22,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lab_utils.mathutils import cdiv
+
 from .spec import ModelSpec, dtype_bytes
 
 GiB = 1 << 30
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _check_positive(name: str, value: int | float, hint: str = "") -> None:
@@ -148,7 +146,7 @@ def vllm_kv_cache_report(
     _check_positive("max_model_len", max_model_len, "tokens per request, prompt plus output")
     block_bytes = kv_cache_block_bytes(spec, dtype, block_size, tensor_parallel_size)
     num_blocks = kv_cache_num_blocks(kv_bytes, spec, dtype, block_size, tensor_parallel_size)
-    per_request = _cdiv(int(max_model_len), int(block_size))
+    per_request = cdiv(int(max_model_len), int(block_size))
     usable = max(num_blocks - 1, 0)  # the block pool's null block is never handed out
     return KVCacheReport(
         kv_cache_bytes=int(kv_bytes),

@@ -16,6 +16,8 @@ so a 128-weight group costs 64 + 2.5 bytes: 4.16 bits per weight instead of 4.
 
 from __future__ import annotations
 
+from lab_utils.mathutils import cdiv
+
 from .spec import DTYPE_BYTES, ModelSpec, canonical_dtype
 
 # Quantization schemes: (bits per quantized weight, bytes the unquantized parts are kept in)
@@ -23,15 +25,11 @@ QUANTIZATIONS = ("fp8", "int8", "awq", "gptq", "int4")
 HIGH_PRECISION_BYTES = 2  # embeddings, lm_head, norms stay in bfloat16/float16
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _four_bit_matrix_bytes(in_features: int, out_features: int, group_size: int) -> int:
-    groups = _cdiv(in_features, group_size)
-    packed = _cdiv(in_features * out_features, 2)  # two 4-bit weights per byte
+    groups = cdiv(in_features, group_size)
+    packed = cdiv(in_features * out_features, 2)  # two 4-bit weights per byte
     scales = groups * out_features * 2  # one fp16 scale per group per output column
-    zeros = _cdiv(groups * out_features, 2)  # one 4-bit zero point per group per column
+    zeros = cdiv(groups * out_features, 2)  # one 4-bit zero point per group per column
     return packed + scales + zeros
 
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lab_utils.mathutils import cdiv
+
 from ..memory import (
     GPU,
     ModelSpec,
@@ -37,14 +39,10 @@ KV_FORMATS = ("fp16", "bf16", "fp8")
 NVFP4_BLOCK = 16  # values sharing one FP8 scale
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def nvfp4_matrix_bytes(in_features: int, out_features: int) -> int:
     """Bytes of one weight matrix in NVFP4: packed values, FP8 block scales, one FP32 tensor scale."""
     n = int(in_features) * int(out_features)
-    return _cdiv(n, 2) + _cdiv(n, NVFP4_BLOCK) + 4
+    return cdiv(n, 2) + cdiv(n, NVFP4_BLOCK) + 4
 
 
 def weight_bytes_in(spec: ModelSpec, fmt: str, group_size: int = 128) -> int:
@@ -88,7 +86,7 @@ def concurrent_sequences(
     free = max(int(gpu_bytes) - int(weight_bytes_per_gpu) - int(other_bytes), 0)
     kv = int(fraction * free)
     blocks = kv // (int(tokens_per_block) * int(kv_bytes_per_token))
-    return blocks // _cdiv(int(seq_len), int(tokens_per_block))
+    return blocks // cdiv(int(seq_len), int(tokens_per_block))
 
 
 @dataclass(frozen=True)

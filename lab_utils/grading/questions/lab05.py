@@ -266,12 +266,10 @@ def _(gauge_value, rng, scenario):
 # --- 05.p50_p95 ---------------------------------------------------------------------------------
 
 
-def _pct(xs, p):
-    xs = sorted(xs)
-    pos = (len(xs) - 1) * p
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+def _pct(xs, p):  # p as a fraction; the reference is the load generator's percentile
+    from lab_utils.clients.loadgen import percentile
+
+    return percentile(xs, p * 100)
 
 
 @question("05.p50_p95", points=2, answers=["p50_p95"], forbid=["lab_utils.clients.loadgen:percentile"])

@@ -10,8 +10,6 @@ and recompute the graded figures from the raw per-request samples.
 
 from __future__ import annotations
 
-import math
-
 from lab_utils.grading.checks import close
 from lab_utils.grading.registry import hidden, question, scenario
 
@@ -48,12 +46,10 @@ def _(rng):
 # --- 09.percentiles -----------------------------------------------------------------------------
 
 
-def _pct(xs, q):
-    xs = sorted(xs)
-    pos = (len(xs) - 1) * q / 100
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+def _pct(xs, q):  # the reference: the load generator's percentile
+    from lab_utils.clients.loadgen import percentile
+
+    return percentile(xs, q)
 
 
 @question(
