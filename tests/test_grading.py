@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -172,8 +174,24 @@ def graded_class(tmp_path_factory):
     )
     messages: list[str] = []
     t0 = time.monotonic()
-    outcomes = grade_class(subs, out, hidden, workers=2, timeout=45, memory_mb=4096, progress=messages.append)
+    # the grader's scratch folders go under this test's root, so the leftover check below looks only
+    # for this run's processes (other test runs on the machine may be grading at the same time)
+    scratch = root / "scratch"
+    scratch.mkdir()
+    saved, saved_env = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir = os.environ["TMPDIR"] = str(scratch)  # this process and the workers it starts
+    try:
+        outcomes = grade_class(
+            subs, out, hidden, workers=2, timeout=45, memory_mb=4096, progress=messages.append
+        )
+    finally:
+        tempfile.tempdir = saved
+        if saved_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved_env
     return {
+        "scratch": scratch,
         "subs": subs,
         "out": out,
         "hidden": hidden,
@@ -237,7 +255,7 @@ def test_no_grading_process_left_behind(graded_class):
     leftovers = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "lab-grader-" in cmd:
+        if str(graded_class["scratch"]) in cmd:
             leftovers.append(cmd)
     assert leftovers == []
 
