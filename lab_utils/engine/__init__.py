@@ -6,8 +6,10 @@
     out[0].outputs[0].text
 
 Modules, one idea each: `sampling_params`, `request`, `scheduler` (the plan), `llama` (the model
-and paged attention), `model_runner` (plan -> tensors -> tokens), `sampler`, `llm_engine` (the
-loop), `snapshot` (per-step records for the plots). Nothing heavy is imported until used.
+and paged attention, in plain torch), `fast` (the same model with CPU kernels, behind one switch:
+`LLMEngine(fast=False)` runs `llama` alone), `model_runner` (plan -> tensors -> tokens),
+`sampler`, `llm_engine` (the loop), `snapshot` (per-step records for the plots). Nothing heavy is
+imported until used.
 """
 
 from .config import EngineConfig

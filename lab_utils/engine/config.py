@@ -27,6 +27,9 @@ class EngineConfig:
             (float32 on CPU, bfloat16 on CUDA).
         device: "cpu", "cuda" or "auto".
         num_threads: torch CPU threads; None leaves torch's choice.
+        fast: True runs `engine/fast.py` (prepacked weights, vLLM's CPU kernels where installed),
+            False the plain-torch model of `engine/llama.py` alone; None reads the LAB_ENGINE_FAST
+            environment variable (fast unless it is 0). Both give the same greedy tokens.
         seed: seeds sampling for requests without their own seed.
         record_steps: keep a StepSnapshot per step in `engine.snapshots`.
         record_frames: also keep a lab 02 `Frame` (every block's state) per step; costs memory.
@@ -44,6 +47,7 @@ class EngineConfig:
     dtype: str = "auto"
     device: str = "auto"
     num_threads: int | None = None
+    fast: bool | None = None
     seed: int = 0
     record_steps: bool = True
     record_frames: bool = False

@@ -1,11 +1,15 @@
 """A Llama-architecture decoder in plain torch that reads Hugging Face safetensors and attends
-through a paged KV cache.
+through a paged KV cache. This is the readable path; `fast.py` runs the same model faster.
 
 No transformers model class is involved: the weights are read straight from the safetensors files,
 and every layer is a handful of matmuls written out below (RMSNorm, RoPE, grouped-query attention,
 SwiGLU MLP, tied embeddings). The batch is *flattened*: the tokens of every scheduled request sit
 one after another in one (T, hidden) matrix, so each linear layer is a single matmul for the whole
 batch; only attention needs to know which token belongs to which request.
+
+`fast.FastLlamaModel` subclasses this model and swaps in CPU kernels (prepacked matmuls, vLLM's
+paged attention); `LLMEngine(fast=False)` runs this file alone, and a test checks that both give
+the same logits and the same greedy tokens.
 """
 
 from __future__ import annotations
@@ -95,86 +99,24 @@ class LlamaConfig:
 
 
 @dataclass
-class PrefillSpan:
-    """One request with more than one new token in the flattened batch (a prompt or a chunk of it)."""
-
-    start: int  # first row of its tokens in the flattened batch
-    end: int  # one past its last row
-    num_computed: int  # tokens already in the cache before this chunk (prefix hit, earlier chunks)
-    context_slots: torch.Tensor | None  # (num_computed + n,) cache slots of its whole context
-
-
-@dataclass
-class DecodeGroup:
-    """Consecutive decode rows whose contexts are padded to one length and attended to in one call.
-
-    Decodes are sorted by context length and cut into small groups, so a request with 30 tokens
-    of context is not padded to the 450 of the longest one: padding costs a gather and attention
-    over slots that are then masked out.
-    """
-
-    start: int  # first row in the flattened batch
-    end: int  # one past the last row
-    slots: torch.Tensor  # (n, L) context slots per request, padded with slot 0
-    mask: torch.Tensor  # (n, 1, 1, L) additive: 0 where a slot is real context, -inf on padding
-
-
-@dataclass
 class AttentionMetadata:
-    """Where each token's K/V goes and which cache slots each request attends to.
+    """Which rows of the flattened batch belong to which request, and where their K/V live.
 
-    The first `num_decodes` rows of the batch are requests with exactly one new token (split into
-    `decode_groups`); the rest are prefill spans. A *slot* is one token position in the cache:
-    block_id * block_size + offset.
+    Request i owns rows query_start_loc[i] .. query_start_loc[i + 1] of the batch; after this step
+    its context holds seq_lens[i] tokens, whose K/V sit in the blocks block_table[i] lists. The
+    first `num_decodes` requests have exactly one new token. A *slot* is one token position in the
+    cache: block_id * block_size + offset (vLLM's names throughout).
     """
 
-    slot_mapping: torch.Tensor  # (T,) slot each new token's K/V is written to
-    num_decodes: int
-    decode_groups: list[DecodeGroup]  # the decode rows, in groups of similar context length
-    prefills: list[PrefillSpan]
+    slot_mapping: torch.Tensor  # (T,) the slot each new token's K/V is written to
+    query_start_loc: list[int]  # (num_reqs + 1,) first row of each request, then T
+    seq_lens: list[int]  # (num_reqs,) context length of each request, new tokens included
+    block_table: torch.Tensor  # (num_reqs, max_blocks) block ids, padded with 0
+    num_decodes: int  # requests with one new token; they come first
 
-
-class Linear:
-    """y = x @ weight.T, the one matmul every projection is.
-
-    On CPU the weight is reordered once, at load, into oneDNN's blocked layout, as vLLM's CPU
-    backend does (`create_onednn_mm`). At decode batch sizes that ran 1.3x to 2x faster than
-    `F.linear` (MKL) on a 2-core AVX2 machine, the lm_head most of all. Where torch has no oneDNN,
-    on CUDA, or for a dtype this CPU cannot reorder (bf16 without AVX-512), it stays `F.linear`.
-    """
-
-    def __init__(self, weight: torch.Tensor, prepack: bool = True) -> None:
-        import torch
-
-        self.weight: torch.Tensor | None = weight
-        self.packed = None
-        if prepack and weight.device.type == "cpu" and torch.backends.mkldnn.is_available():
-            try:
-                packed = torch.ops.mkldnn._reorder_linear_weight(weight, 32)  # 32: a decode batch
-                gen = torch.Generator().manual_seed(0)  # its own: the global RNG stays untouched
-                probe = torch.randn(3, weight.shape[1], generator=gen).to(weight.dtype)
-                same = torch.allclose(
-                    self._packed_matmul(probe, packed), probe @ weight.T, rtol=1e-3, atol=1e-3
-                )
-            except (RuntimeError, AttributeError):  # no such op, or not for this dtype/CPU
-                same = False
-            if same:
-                # The packed copy is all a call reads. A tied lm_head's weight lives on as the
-                # embedding, which holds its own reference; an untied one is freed here.
-                self.packed, self.weight = packed, None
-
-    @staticmethod
-    def _packed_matmul(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-        import torch
-
-        return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        import torch.nn.functional as F
-
-        if self.packed is not None:
-            return self._packed_matmul(x, self.packed)
-        return F.linear(x, self.weight)
+    @property
+    def num_reqs(self) -> int:
+        return len(self.seq_lens)
 
 
 class LlamaModel:
@@ -191,6 +133,7 @@ class LlamaModel:
         self._build_rope(self.config.max_position_embeddings)
         self.k_cache: list[torch.Tensor] = []
         self.v_cache: list[torch.Tensor] = []
+        self.block_size = 0
 
     # ------------------------------------------------------------------ weights
     def _read_safetensors(self) -> dict[str, torch.Tensor]:
@@ -225,10 +168,10 @@ class LlamaModel:
         self.embed_tokens = take("model.embed_tokens.weight")  # (V, hidden)
         self.norm = take("model.norm.weight")
         if c.tie_word_embeddings or "lm_head.weight" not in raw:
-            self.lm_head = Linear(self.embed_tokens)  # tied: the output projection reuses the embedding
+            self.lm_head = self.embed_tokens  # tied: the output projection reuses the embedding
         else:
-            self.lm_head = Linear(take("lm_head.weight"))
-        self.layers: list[dict[str, torch.Tensor | Linear]] = []
+            self.lm_head = take("lm_head.weight")  # (V, hidden)
+        self.layers: list[dict[str, torch.Tensor]] = []
         for i in range(c.num_layers):
             p = f"model.layers.{i}."
             q, k, v = (take(p + f"self_attn.{n}_proj.weight") for n in "qkv")
@@ -236,12 +179,12 @@ class LlamaModel:
             self.layers.append(
                 {
                     "input_layernorm": take(p + "input_layernorm.weight"),
-                    # q, k and v in one matrix: one matmul instead of three. ((H + 2 Hkv) D, hidden)
-                    "qkv_proj": Linear(torch.cat([q, k, v], 0).contiguous()),
-                    "o_proj": Linear(take(p + "self_attn.o_proj.weight")),
+                    # q, k and v in one matrix, as vLLM's QKVParallelLinear: one matmul, not three.
+                    "qkv_proj": torch.cat([q, k, v], 0).contiguous(),  # ((H + 2 Hkv) D, hidden)
+                    "o_proj": take(p + "self_attn.o_proj.weight"),  # (hidden, H D)
                     "post_attention_layernorm": take(p + "post_attention_layernorm.weight"),
-                    "gate_up_proj": Linear(torch.cat([gate, up], 0).contiguous()),  # (2 I, hidden)
-                    "down_proj": Linear(take(p + "mlp.down_proj.weight")),
+                    "gate_up_proj": torch.cat([gate, up], 0).contiguous(),  # (2 I, hidden)
+                    "down_proj": take(p + "mlp.down_proj.weight"),  # (hidden, I)
                 }
             )
         del raw
@@ -254,22 +197,22 @@ class LlamaModel:
         inv_freq = 1.0 / (
             c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.int64).float() / c.head_dim)
         )
-        freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)  # (L, D/2)
-        emb = torch.cat([freqs, freqs], dim=-1)  # (L, D)
+        self.rope_freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)  # (L, D/2)
+        emb = torch.cat([self.rope_freqs, self.rope_freqs], dim=-1)  # (L, D)
         self.rope_cos = emb.cos().to(device=self.device, dtype=self.dtype)
         self.rope_sin = emb.sin().to(device=self.device, dtype=self.dtype)
 
     # ------------------------------------------------------------------ KV cache
     def allocate_kv_cache(self, num_blocks: int, block_size: int) -> None:
-        """One K and one V tensor per layer: (num_blocks * block_size, Hkv, D), zero-filled.
+        """One K and one V tensor per layer: (num_blocks, block_size, Hkv, D), zero-filled.
 
-        Zeros matter: padded decode rows read slot 0, and masked garbage could be NaN, which a
+        Zeros matter: attention may read padding slots, and masked garbage could be NaN, which a
         mask does not cancel (NaN * 0 = NaN).
         """
         import torch
 
         c = self.config
-        shape = (num_blocks * block_size, c.num_kv_heads, c.head_dim)
+        shape = (num_blocks, block_size, c.num_kv_heads, c.head_dim)
         self.k_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(c.num_layers)]
         self.v_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(c.num_layers)]
         self.block_size = block_size
@@ -280,10 +223,9 @@ class LlamaModel:
 
         if not pairs:
             return
-        bs = self.block_size
-        src = torch.tensor([s * bs + o for s, _ in pairs for o in range(bs)], device=self.device)
-        dst = torch.tensor([d * bs + o for _, d in pairs for o in range(bs)], device=self.device)
-        for cache in (*self.k_cache, *self.v_cache):
+        src = torch.tensor([s for s, _ in pairs], device=self.device)
+        dst = torch.tensor([d for _, d in pairs], device=self.device)
+        for cache in (*self.k_cache, *self.v_cache):  # blocks are the first dimension in any layout
             cache.index_copy_(0, dst, cache.index_select(0, src))
 
     # ------------------------------------------------------------------ forward
@@ -304,43 +246,41 @@ class LlamaModel:
         return x * cos + rotated * sin
 
     def _attention(self, q, k, v, layer: int, meta: AttentionMetadata):
-        """Attention of every new token over its own request's cached context. Returns (T, H*D)."""
+        """Write this step's K/V into the cache, then attend each request over its own context.
+
+        q: (T, H, D); k, v: (T, Hkv, D). Returns (T, H*D).
+        """
+        import torch
+
+        self._write_kv(k, v, layer, meta)
+        out = torch.empty(q.shape[0], q.shape[1] * q.shape[2], dtype=q.dtype, device=q.device)
+        for i in range(meta.num_reqs):
+            self._attend_request(i, q, layer, meta, out)
+        return out
+
+    def _write_kv(self, k, v, layer: int, meta: AttentionMetadata) -> None:
+        """Store each new token's K and V at its slot (blocks viewed as one row per slot)."""
+        c = self.config
+        self.k_cache[layer].view(-1, c.num_kv_heads, c.head_dim).index_copy_(0, meta.slot_mapping, k)
+        self.v_cache[layer].view(-1, c.num_kv_heads, c.head_dim).index_copy_(0, meta.slot_mapping, v)
+
+    def _attend_request(self, i: int, q, layer: int, meta: AttentionMetadata, out) -> None:
+        """Attention of request i's new tokens over its context; writes rows of out (T, H*D)."""
         import torch
         import torch.nn.functional as F
 
-        c = self.config
-        kc, vc = self.k_cache[layer], self.v_cache[layer]
-        group = c.num_heads // c.num_kv_heads
-        pieces = []
-        for g in meta.decode_groups:
-            # Decode: gather each request's context through its block table, padded to the longest
-            # in its group. The G query heads that share a KV head are laid out as G "query
-            # positions", so no K/V copy per query head is needed (GQA as one batched matmul).
-            n, length = g.slots.shape
-            flat = g.slots.reshape(-1)
-            keys = kc.index_select(0, flat).view(n, length, c.num_kv_heads, c.head_dim).transpose(1, 2)
-            values = vc.index_select(0, flat).view(n, length, c.num_kv_heads, c.head_dim).transpose(1, 2)
-            qd = q[g.start : g.end].view(n, c.num_kv_heads, group, c.head_dim)  # (n, Hkv, G, D)
-            out = F.scaled_dot_product_attention(qd, keys, values, attn_mask=g.mask)
-            pieces.append(out.reshape(n, c.num_heads * c.head_dim))  # (n, Hkv, G, D) -> (n, H*D)
-        for span in meta.prefills:
-            n = span.end - span.start
-            qp = q[span.start : span.end].transpose(0, 1).unsqueeze(0)  # (1, H, n, D)
-            if span.context_slots is None:
-                # A fresh prompt: its context is exactly the tokens just computed; plain causal mask.
-                kp = k[span.start : span.end].transpose(0, 1).unsqueeze(0)  # (1, Hkv, n, D)
-                vp = v[span.start : span.end].transpose(0, 1).unsqueeze(0)
-                out = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, enable_gqa=True)
-            else:
-                # A chunk after cached tokens: token i of the chunk sees context 0 .. num_computed + i.
-                ctx = span.context_slots.shape[0]
-                kp = kc.index_select(0, span.context_slots).transpose(0, 1).unsqueeze(0)  # (1, Hkv, ctx, D)
-                vp = vc.index_select(0, span.context_slots).transpose(0, 1).unsqueeze(0)
-                rows = torch.arange(n, device=q.device).unsqueeze(1) + span.num_computed
-                mask = torch.arange(ctx, device=q.device).unsqueeze(0) <= rows  # (n, ctx)
-                out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, enable_gqa=True)
-            pieces.append(out[0].transpose(0, 1).reshape(n, c.num_heads * c.head_dim))
-        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, 0)
+        start, end = meta.query_start_loc[i], meta.query_start_loc[i + 1]
+        n, ctx = end - start, meta.seq_lens[i]
+        # The request's context, read through its block table: (ctx, Hkv, D) -> (1, Hkv, ctx, D)
+        blocks = meta.block_table[i, : -(-ctx // self.block_size)]
+        keys = self.k_cache[layer][blocks].flatten(0, 1)[:ctx].transpose(0, 1).unsqueeze(0)
+        values = self.v_cache[layer][blocks].flatten(0, 1)[:ctx].transpose(0, 1).unsqueeze(0)
+        qi = q[start:end].transpose(0, 1).unsqueeze(0)  # (1, H, n, D)
+        # The new tokens are the last n of the context: token j sees positions 0 .. ctx - n + j.
+        rows = torch.arange(n, device=q.device).unsqueeze(1) + (ctx - n)
+        mask = torch.arange(ctx, device=q.device).unsqueeze(0) <= rows  # (n, ctx)
+        o = F.scaled_dot_product_attention(qi, keys, values, attn_mask=mask, enable_gqa=True)
+        out[start:end] = o[0].transpose(0, 1).reshape(n, -1)  # (1, H, n, D) -> (n, H*D)
 
     def forward(
         self,
@@ -369,17 +309,13 @@ class LlamaModel:
         qd, kd = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
         for i, w in enumerate(self.layers):
             x = self._rms_norm(h, w["input_layernorm"])
-            qk, v = w["qkv_proj"](x).split([qd + kd, kd], dim=-1)
-            # q and k rotate by the same angles: one RoPE over their H + Hkv heads together
-            qk = self._rope(qk.view(t, c.num_heads + c.num_kv_heads, c.head_dim), cos, sin)
-            q, k = qk.split([c.num_heads, c.num_kv_heads], dim=1)  # (T, H, D), (T, Hkv, D)
+            q, k, v = F.linear(x, w["qkv_proj"]).split([qd, kd, kd], dim=-1)
+            q = self._rope(q.view(t, c.num_heads, c.head_dim), cos, sin)  # (T, H, D)
+            k = self._rope(k.view(t, c.num_kv_heads, c.head_dim), cos, sin)  # (T, Hkv, D)
             v = v.view(t, c.num_kv_heads, c.head_dim)
-            # Write this step's K/V into their slots; attention then reads them from the cache.
-            self.k_cache[i].index_copy_(0, meta.slot_mapping, k)
-            self.v_cache[i].index_copy_(0, meta.slot_mapping, v)
-            h = h + w["o_proj"](self._attention(q, k, v, i, meta))
+            h = h + F.linear(self._attention(q, k, v, i, meta), w["o_proj"])
             x = self._rms_norm(h, w["post_attention_layernorm"])
-            gate, up = w["gate_up_proj"](x).chunk(2, dim=-1)  # (T, I) each
-            h = h + w["down_proj"](F.silu(gate) * up)
+            gate, up = F.linear(x, w["gate_up_proj"]).chunk(2, dim=-1)  # (T, I) each
+            h = h + F.linear(F.silu(gate) * up, w["down_proj"])
         h = self._rms_norm(h.index_select(0, logits_indices), self.norm)  # only rows we sample from
-        return self.lm_head(h).float()  # (S, vocab)
+        return F.linear(h, self.lm_head).float()  # (S, vocab)

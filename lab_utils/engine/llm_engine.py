@@ -72,6 +72,7 @@ class LLMEngine:
             dtype=cfg.resolved_dtype(self.device),
             seed=cfg.seed,
             num_threads=cfg.num_threads,
+            fast=cfg.fast,
         )
         self.model_config = self.model_runner.config
         self.eos_token_id = self.model_config.eos_token_ids[0] if self.model_config.eos_token_ids else None

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .llama import AttentionMetadata, DecodeGroup, LlamaModel, PrefillSpan
+from .llama import AttentionMetadata, LlamaModel
 from .request import Request
 from .sampler import Sampler
 from .scheduler import SchedulerOutput
@@ -28,7 +28,12 @@ class ModelRunnerOutput:
 
 
 class ModelRunner:
-    """Loads a Llama checkpoint onto a device and executes scheduled batches against a paged cache."""
+    """Loads a Llama checkpoint onto a device and executes scheduled batches against a paged cache.
+
+    `fast=True` loads `fast.FastLlamaModel` (the same model with CPU kernels swapped in), False the
+    readable `llama.LlamaModel`; None reads the `LAB_ENGINE_FAST` environment variable (on unless
+    it is 0). Both take the same inputs, built here.
+    """
 
     def __init__(
         self,
@@ -37,21 +42,21 @@ class ModelRunner:
         dtype=None,
         seed: int = 0,
         num_threads: int | None = None,
+        fast: bool | None = None,
     ) -> None:
         import torch
+
+        from .fast import FastLlamaModel, fast_enabled
 
         if num_threads is not None and device == "cpu":
             torch.set_num_threads(num_threads)
         self.device = device
+        self.fast = fast_enabled(fast)
         with torch.inference_mode():
-            self.model = LlamaModel(model, device=device, dtype=dtype)
+            self.model = (FastLlamaModel if self.fast else LlamaModel)(model, device=device, dtype=dtype)
         self.config = self.model.config
         self.sampler = Sampler(device=device, seed=seed)
         self.block_size = 0
-        # Decodes per attention call. Smaller groups pad less but make more calls. On a 2-core
-        # CPU, groups of 4 and 8 ran within noise of each other, and one padded call for all 32
-        # decodes spent about twice as long in gather + attention.
-        self.decode_group_size = 8
 
     def kv_bytes_per_block(self, block_size: int) -> int:
         """Bytes one KV block takes across every layer."""
@@ -62,89 +67,49 @@ class ModelRunner:
         self.block_size = block_size
         self.model.allocate_kv_cache(num_blocks, block_size)
 
-    def _slots(self, block_ids: list[int], start: int, end: int) -> list[int]:
-        bs = self.block_size
-        return [block_ids[p // bs] * bs + p % bs for p in range(start, end)]
-
-    def _decode_group(
-        self, start: int, req_ids: list[str], ctx: list[int], block_tables: Mapping[str, list[int]]
-    ) -> DecodeGroup:
-        """Padded context slots and mask for decode rows start .. start + len(req_ids)."""
-        import torch
-
-        longest = max(ctx)
-        bs = self.block_size
-        nblk = -(-longest // bs)
-        table = torch.tensor(
-            [(block_tables[r] + [0] * nblk)[:nblk] for r in req_ids], dtype=torch.long
-        )  # (n, nblk), padded with block 0
-        pos = torch.arange(longest)
-        slots = table[:, pos // bs] * bs + pos % bs  # (n, longest)
-        real = pos.unsqueeze(0) < torch.tensor(ctx).unsqueeze(1)  # (n, longest)
-        # Additive float mask, made once per step: a bool mask would be converted in every layer.
-        mask = torch.zeros(real.shape, dtype=self.model.dtype).masked_fill_(~real, float("-inf"))
-        return DecodeGroup(
-            start,
-            start + len(req_ids),
-            slots.to(self.device),
-            mask.view(len(req_ids), 1, 1, longest).to(self.device),
-        )
-
     def prepare_inputs(self, scheduler_output: SchedulerOutput, requests: Mapping[str, Request]):
         """Flatten the plan: token ids, positions, cache slots, attention layout, rows to sample."""
         import torch
 
         so = scheduler_output
         dev = self.device
+        bs = self.block_size
 
-        def context_len(rid: str) -> int:
-            return so.num_computed_tokens.get(rid, requests[rid].num_computed_tokens) + 1
+        def computed(rid: str) -> int:
+            return so.num_computed_tokens.get(rid, requests[rid].num_computed_tokens)
 
-        # Single-token requests first, shortest context first, so that neighbours in a decode
-        # group need little padding; then the prefill spans.
-        decodes = sorted((r for r in so.req_ids if so.num_scheduled_tokens[r] == 1), key=context_len)
+        # Single-token requests first (shortest context first, so neighbours pad little when the
+        # fast path groups them), then the prompt chunks: vLLM's CPU runner orders decodes first too.
+        decodes = sorted((r for r in so.req_ids if so.num_scheduled_tokens[r] == 1), key=computed)
         order = decodes + [r for r in so.req_ids if so.num_scheduled_tokens[r] != 1]
         input_ids: list[int] = []
         positions: list[int] = []
         slots: list[int] = []
+        query_start_loc = [0]
+        seq_lens: list[int] = []
         logits_rows: list[int] = []
         sample_ids: list[str] = []
-        prefills: list[PrefillSpan] = []
-        decode_ctx: list[int] = []
         for rid in order:
             req = requests[rid]
-            n = so.num_scheduled_tokens[rid]
-            start = so.num_computed_tokens.get(rid, req.num_computed_tokens)
-            end = start + n
+            start = computed(rid)
+            end = start + so.num_scheduled_tokens[rid]
             blocks = so.block_tables[rid]
-            row = len(input_ids)
             input_ids.extend(req.all_token_ids[start:end])
             positions.extend(range(start, end))
-            slots.extend(self._slots(blocks, start, end))
-            if n == 1:
-                decode_ctx.append(end)
-            else:
-                ctx = None
-                if start > 0:
-                    ctx = torch.tensor(self._slots(blocks, 0, end), dtype=torch.long, device=dev)
-                prefills.append(PrefillSpan(row, row + n, start, ctx))
+            slots.extend(blocks[p // bs] * bs + p % bs for p in range(start, end))
+            query_start_loc.append(len(input_ids))
+            seq_lens.append(end)
             if end == req.num_tokens:  # the chunk reaches the end: its last row predicts a token
-                logits_rows.append(row + n - 1)
+                logits_rows.append(len(input_ids) - 1)
                 sample_ids.append(rid)
-        groups = [
-            self._decode_group(
-                start,
-                decodes[start : start + self.decode_group_size],
-                decode_ctx[start : start + self.decode_group_size],
-                so.block_tables,
-            )
-            for start in range(0, len(decodes), self.decode_group_size)
-        ]
+        width = max(-(-n // bs) for n in seq_lens)
+        table = [(so.block_tables[r] + [0] * width)[:width] for r in order]
         meta = AttentionMetadata(
             slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),
+            query_start_loc=query_start_loc,
+            seq_lens=seq_lens,
+            block_table=torch.tensor(table, dtype=torch.long, device=dev),  # (num_reqs, width)
             num_decodes=len(decodes),
-            decode_groups=groups,
-            prefills=prefills,
         )
         return (
             torch.tensor(input_ids, dtype=torch.long, device=dev),
