@@ -101,6 +101,12 @@ def _check_fits(reqs: list[WorkloadRequest], cfg: ContinuousBatching) -> None:
             )
 
 
+def _whole_prompt_step(now: float, end: float, batch: list[WorkloadRequest]) -> StepRecord:
+    """One forward pass over the whole prompts of a batch; each prompt produces its first token."""
+    prefill = {w.request_id: w.prompt_len for w in batch}
+    return StepRecord(now, end, prefill, (), prefill_sampled=tuple(prefill))
+
+
 # --------------------------------------------------------------------------- static batching
 def _run_static(reqs: list[WorkloadRequest], cfg: StaticBatching, cost: StepCostModel) -> SimResult:
     result = SimResult(cfg.name, cfg.num_slots, [])
@@ -119,15 +125,7 @@ def _run_static(reqs: list[WorkloadRequest], cfg: StaticBatching, cost: StepCost
         # prefill: one padded step over every prompt
         tokens = rows * longest_prompt if cfg.pad_finished else sum(w.prompt_len for w in batch)
         end = now + cost.step_time(tokens, tokens)
-        result.steps.append(
-            StepRecord(
-                now,
-                end,
-                {w.request_id: w.prompt_len for w in batch},
-                (),
-                prefill_sampled=tuple(w.request_id for w in batch),
-            )
-        )
+        result.steps.append(_whole_prompt_step(now, end, batch))
         batch_start, first_token = now, end
         finish = {}
         for w in batch:
@@ -195,15 +193,7 @@ def _run_dynamic(reqs: list[WorkloadRequest], cfg: DynamicBatching, cost: StepCo
         batch = [queue.popleft() for _ in range(size)]
         tokens = size * max(w.prompt_len for w in batch)  # one padded forward pass
         end = now + cost.step_time(tokens, tokens)
-        result.steps.append(
-            StepRecord(
-                now,
-                end,
-                {w.request_id: w.prompt_len for w in batch},
-                (),
-                prefill_sampled=tuple(w.request_id for w in batch),
-            )
-        )
+        result.steps.append(_whole_prompt_step(now, end, batch))
         for slot, w in enumerate(batch):
             rec = SimRequest(w.request_id, w.arrival_time, w.prompt_len, w.output_len).record
             rec.scheduled_time, rec.first_token_time, rec.finish_time = now, end, end
