@@ -37,8 +37,8 @@ not met. Both run the same kernels (oneDNN projections, vLLM's attention) at the
 
 Single-thread torch.profiler over a 32-request run of the fast path: projections (oneDNN,
 prepacked) 76 %, vLLM's paged attention kernel 18 %, argmax 1.4 %, SiLU x up 1.8 %, KV write
-0.8 %, fused add + RMSNorm 0.8 %, RoPE 0.4 %; schedule and update < 0.3 % of the run. Against the roofs: a decode step at batch 32 does 8.6 GFLOP of
-projections and reads 538 MB of float32 weights plus the K/V of every context (about 370 MB at a
+0.8 %, fused add + RMSNorm 0.8 %, RoPE 0.4 %; schedule and update < 0.3 % of the run. Against
+the roofs: a decode step at batch 32 does 8.6 GFLOP of projections and reads 538 MB of float32 weights plus the K/V of every context (about 370 MB at a
 mean context of 250 tokens); the projections ran at the measured decode-step projection roof
 (about 55 GFLOP/s on one loaded core, half the square-matmul figure: 32-row tiles over weights
 that come from memory once per step), and the attention kernel at the memory read roof. What is
