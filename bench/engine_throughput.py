@@ -36,15 +36,16 @@ engine core) and beats transformers static batching about 6x; the 1.3x target ov
 not met. Both run the same kernels (oneDNN projections, vLLM's attention) at the same roofs.
 
 Single-thread torch.profiler over a 32-request run of the fast path: projections (oneDNN,
-prepacked) 76 %, vLLM's paged attention kernel 18 %, argmax 1.4 %, SiLU x up 1.8 %, KV write
-0.8 %, fused add + RMSNorm 0.8 %, RoPE 0.4 %; schedule and update < 0.3 % of the run. Against
-the roofs: a decode step at batch 32 does 8.6 GFLOP of projections and reads 538 MB of float32 weights plus the K/V of every context (about 370 MB at a
-mean context of 250 tokens); the projections ran at the measured decode-step projection roof
-(about 55 GFLOP/s on one loaded core, half the square-matmul figure: 32-row tiles over weights
-that come from memory once per step), and the attention kernel at the memory read roof. What is
-left to gain lies in fewer bytes per token (bigger batches: 64-row projections ran 1.35x faster
-per token than 32-row ones; or narrower weights/KV, which changes the numbers) rather than in
-Python overhead. The previous code spent 15 % gathering K/V into padded batches and 12 % in SDPA.
+prepacked) 76 %, vLLM's paged attention kernel 18 %, argmax 1.4 %, SiLU x up 1.8 %, KV write 0.8 %,
+fused add + RMSNorm 0.8 %, RoPE 0.4 %; schedule and update < 0.3 % of the run. Against the roofs: a
+decode step at batch 32 does 8.6 GFLOP of projections and reads 538 MB of float32 weights plus the
+K/V of every context (about 370 MB at a mean context of 250 tokens); the projections ran at the
+measured decode-step projection roof (about 55 GFLOP/s on one loaded core, half the square-matmul
+figure: 32-row tiles over weights that come from memory once per step), and the attention kernel at
+the memory read roof. What is left to gain lies in fewer bytes per token (bigger batches: 64-row
+projections ran 1.35x faster per token than 32-row ones; or narrower weights/KV, which changes the
+numbers) rather than in Python overhead. The previous code spent 15 % gathering K/V into padded
+batches and 12 % in SDPA.
 """
 
 from __future__ import annotations
