@@ -186,6 +186,7 @@ class Sweep:
     metric_rows: list[dict] = field(default_factory=list)
     cpu_times: list[float] = field(default_factory=list)
     cpu_percent: list[float] = field(default_factory=list)
+    metric_errors: list[str] = field(default_factory=list)  # scrapes that failed (a gap in the series)
     provenance: str | None = None
 
     def raw_samples(self) -> dict:
@@ -198,6 +199,7 @@ class Sweep:
             "metric_rows": [dict(r) for r in self.metric_rows],
             "cpu_times": list(self.cpu_times),
             "cpu_percent": list(self.cpu_percent),
+            "metric_errors": list(self.metric_errors),
         }
 
     @classmethod
@@ -211,6 +213,7 @@ class Sweep:
             [dict(r) for r in raw["metric_rows"]],
             list(raw["cpu_times"]),
             list(raw["cpu_percent"]),
+            list(raw.get("metric_errors", [])),
         )
 
     def window(self, i: int) -> tuple[float, float]:
@@ -284,6 +287,7 @@ def run_sweep(
             [dict(r) for r in ms.rows],
             list(cpu.times),
             list(cpu.percent),
+            list(ms.errors),
         )
     )
 

@@ -170,7 +170,7 @@ class MetricsSampler:
         self.url = _metrics_url(url)
         self.names = tuple(names)
         self.interval = float(interval)
-        self.times: list[float] = []  # time.time() of each scrape
+        self.times: list[float] = []  # time.time() half-way through each scrape
         self.rows: list[dict[str, float]] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
@@ -178,9 +178,10 @@ class MetricsSampler:
 
     def sample_once(self) -> dict[str, float]:
         """Scrape now and append one row of the chosen metrics."""
+        t0 = time.time()
         samples = scrape(self.url)
         row = {name: metric_value(samples, name) for name in self.names}
-        self.times.append(time.time())
+        self.times.append((t0 + time.time()) / 2)  # a slow scrape is stamped at its middle, not its end
         self.rows.append(row)
         return row
 
