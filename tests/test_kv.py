@@ -275,11 +275,15 @@ def test_paged_holds_more_requests_than_contiguous():
 def test_paged_preempts_the_newest_request_when_blocks_run_out():
     w = [WorkloadRequest("a", 0, 4, 4, 4), WorkloadRequest("b", 0, 4, 4, 4)]
     p = simulate_paged(w, capacity_tokens=12, block_size=4)  # 3 blocks; both need 2 at the end
-    # step 1: b finds no block for its 5th token and is preempted; step 2 it is re-admitted,
-    # step 3 preempted again; a finishes at step 5 and b then runs alone.
-    assert p.preemptions == 2
+    # step 1: a takes the last free block for its 5th token, b finds none for its own and is
+    # preempted (by recompute: it keeps its first output). It now needs two blocks to come back
+    # (4 prompt + 1 output tokens) while one is free, so it waits until a finishes at step 5, is
+    # prefilled again with 5 tokens and decodes alone.
+    assert p.preemptions == 1
     assert p.finish_step == {"a": 5, "b": 9}
-    assert p.stored_tokens == [8, 5, 10, 7, 12, 5, 6, 7, 8, 0]
+    assert p.stored_tokens == [8, 5, 6, 7, 8, 5, 6, 7, 8, 0]
+    assert p.waiting == [0, 1, 1, 1, 1, 0, 0, 0, 0, 0]
+    assert [f[:2] for f in p.failures] == [(s, "b") for s in (2, 3, 4)]
 
 
 @settings(max_examples=60, deadline=None)

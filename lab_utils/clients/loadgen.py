@@ -29,6 +29,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from lab_utils.mathutils import percentile
+
 
 @dataclass
 class RequestRecord:
@@ -80,19 +82,6 @@ class RequestRecord:
         d.pop("text")
         d.update(ttft=self.ttft, e2e=self.e2e, tpot=self.tpot)
         return d
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100) with linear interpolation between ranks (numpy's default)."""
-    if not 0 <= q <= 100:
-        raise ValueError(f"q is a percentile between 0 and 100, got {q}")
-    xs = sorted(float(v) for v in values)
-    if not xs:
-        return math.nan
-    pos = (len(xs) - 1) * q / 100
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 @dataclass

@@ -24,7 +24,22 @@ class RequestStatus(enum.Enum):
         return self.name.startswith("FINISHED")
 
 
-class Request:
+class TokenProgress:
+    """What a scheduler reads of any request (the engine's `Request`, the simulator's `SimRequest`).
+
+    A subclass has `num_tokens` (prompt + outputs so far), `num_computed_tokens` (K/V in the cache)
+    and `num_output_tokens`.
+    """
+
+    __slots__ = ()
+
+    @property
+    def is_decoding(self) -> bool:
+        """True when one more computed token produces the next output token (lab 03's name)."""
+        return self.num_output_tokens >= 1 and self.num_computed_tokens == self.num_tokens - 1
+
+
+class Request(TokenProgress):
     """One prompt being served.
 
     The KV cache manager reads `request_id`, `all_token_ids` and `num_computed_tokens`, so this
@@ -78,11 +93,6 @@ class Request:
     def num_output_tokens(self) -> int:
         """Tokens generated so far."""
         return len(self.output_token_ids)
-
-    @property
-    def is_decoding(self) -> bool:
-        """True when one more computed token produces the next output token (lab 03's name)."""
-        return self.num_output_tokens >= 1 and self.num_computed_tokens == self.num_tokens - 1
 
     @property
     def is_finished(self) -> bool:

@@ -9,6 +9,8 @@ kv.get_block_ids("a")              # the block table -> [0, 1]
 The engine needs only `KVCacheManagerInterface` (interface.py): a learner's own manager plugs in.
 """
 
+from lab_utils.mathutils import cdiv
+
 from .block_pool import (
     BlockHash,
     BlockPool,
@@ -19,7 +21,7 @@ from .block_pool import (
 )
 from .contiguous import ContiguousAllocator, Slab
 from .interface import KVCacheManagerInterface, missing_members
-from .kv_cache_manager import KVCacheManager, RequestLike, cdiv
+from .kv_cache_manager import KVCacheManager, RequestLike
 from .metrics import parse_prometheus, vllm_kv_metrics
 from .request import Request
 from .trace import Frame, TraceRecorder, snapshot

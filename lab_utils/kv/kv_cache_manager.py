@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from lab_utils.mathutils import cdiv
+
 from .block_pool import BlockHash, BlockPool, KVCacheBlock, hash_block_tokens
 
 
@@ -21,11 +23,6 @@ class RequestLike(Protocol):
 
     @property
     def all_token_ids(self) -> Sequence[int]: ...
-
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division: blocks needed for `a` tokens at `b` tokens per block."""
-    return -(-a // b)
 
 
 class KVCacheManager:

@@ -6,10 +6,13 @@ decode iteration. In each step, in this order:
 1. requests whose arrival step has come join the waiting queue (first come, first served);
 2. requests that stored their last token in the previous step finish and free their memory;
 3. every running request stores one more token (paged: may need a new block, and when none is
-   free the most recently admitted request is preempted and goes back to the queue, as vLLM's
-   recompute preemption does);
+   free the most recently admitted request is preempted and goes back to the front of the queue,
+   as vLLM's recompute preemption does);
 4. waiting requests are admitted in order while their prompt fits (a request that does not fit
-   blocks the ones behind it; paged admits nobody in a step that preempted);
+   blocks the ones behind it; paged admits nobody in a step that preempted).
+
+Paged steps 3 and 4 are `reference_schedule`, the policy the course engine and the batching
+simulator use; a preempted request keeps its outputs and prefills prompt and outputs again.
 5. the step is recorded.
 """
 
@@ -18,8 +21,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from lab_utils.mathutils import cdiv
+
 from .contiguous import ContiguousAllocator
-from .kv_cache_manager import KVCacheManager, cdiv
+from .kv_cache_manager import KVCacheManager
 from .request import Request
 
 
@@ -186,62 +191,84 @@ def simulate_contiguous(
     return tl
 
 
+class _PagedState:
+    """The `SchedulingState` that `reference_schedule` plans on: lab 02's manager and plain requests."""
+
+    def __init__(self, kv: KVCacheManager, max_num_seqs: int) -> None:
+        from lab_utils.engine.scheduler import SchedulerConfig
+
+        # No step limit but the KV cache: every prompt fits the budget and nobody waits for a seat.
+        big = 1 << 30
+        self.config = SchedulerConfig(
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=big, max_model_len=big
+        )
+        self.kv = kv
+        self.running: list[Request] = []
+        self.waiting: deque[Request] = deque()
+        self.preemptions = 0
+
+    def admit(self, request: Request) -> None:
+        self.waiting.remove(request)
+        self.running.append(request)
+
+    def preempt_last(self) -> Request:
+        request = self.running.pop()
+        self.kv.free(request)
+        request.num_computed_tokens = 0  # recompute: prompt and kept outputs are prefilled again
+        self.waiting.appendleft(request)
+        self.preemptions += 1
+        return request
+
+
 def simulate_paged(
     workload: list[WorkloadRequest], capacity_tokens: int, block_size: int = 16, max_steps: int = 100_000
 ) -> MemoryTimeline:
-    """Run the workload on a KVCacheManager with capacity_tokens // block_size blocks."""
+    """Run the workload on a KVCacheManager with capacity_tokens // block_size blocks.
+
+    Each step is planned by the course's one scheduling policy, `reference_schedule` (the engine's
+    and the batching simulator's): running requests first, the newest preempted by recompute when
+    a block runs out (it keeps its outputs and prefills them again), and nobody admitted in a step
+    that preempted. Its token budget here is unlimited, so a step is one decode for each running
+    request and a whole prefill for each admitted one.
+    """
+    from lab_utils.engine.scheduler import reference_schedule
+
     num_blocks = capacity_tokens // block_size
     for r in workload:
         _check_fits(workload, cdiv(r.prompt_len + r.output_len, block_size), num_blocks, "blocks")
     kv = KVCacheManager(num_blocks, block_size, enable_caching=False)
+    state = _PagedState(kv, max_num_seqs=max(len(workload), 1))
+    target = {r.request_id: r.output_len for r in workload}
     tl = MemoryTimeline("paged", num_blocks * block_size)
     pending = deque(sorted(workload, key=lambda r: r.arrival_step))
-    waiting: deque[WorkloadRequest] = deque()
-    running: dict[str, tuple[WorkloadRequest, Request]] = {}
     step = 0
-    while (pending or waiting or running) and step < max_steps:
+    while (pending or state.waiting or state.running) and step < max_steps:
         while pending and pending[0].arrival_step <= step:
-            waiting.append(pending.popleft())
-        for rid in [rid for rid, (w, q) in running.items() if len(q.output_token_ids) == w.output_len]:
-            kv.free(running.pop(rid)[1])
-            tl.finish_step[rid] = step
-        preempted_before = tl.preemptions
-        for rid in list(running):
-            if rid not in running:
-                continue  # preempted earlier in this step
-            w, q = running[rid]
-            q.append_output(0)
-            while kv.allocate_slots(q, 1) is None:
-                victim_id = next(reversed(running))
-                victim_w, victim_q = running.pop(victim_id)
-                kv.free(victim_q)
-                waiting.appendleft(victim_w)
-                tl.preemptions += 1
-                if victim_id == rid:
-                    break
-            else:
-                q.num_computed_tokens = q.num_tokens
-        # Like vLLM's scheduler, admit nobody in a step that had to preempt: the memory just freed
-        # is needed by the running requests' next tokens.
-        while waiting and tl.preemptions == preempted_before:
-            w = waiting[0]
-            q = Request(w.request_id, [0] * w.prompt_len)
-            if kv.allocate_slots(q, w.prompt_len) is None:
-                tl.failures.append((step, w.request_id, "reservation"))
-                break
-            q.num_computed_tokens = w.prompt_len
-            waiting.popleft()
-            running[w.request_id] = (w, q)
-        stored = sum(q.num_computed_tokens for _, q in running.values())
+            w = pending.popleft()
+            state.waiting.append(Request(w.request_id, [0] * w.prompt_len))
+        for q in [q for q in state.running if len(q.output_token_ids) == target[q.request_id]]:
+            state.running.remove(q)  # its last token is stored: it finishes and frees its blocks
+            kv.free(q)
+            tl.finish_step[q.request_id] = step
+        for q in state.running:
+            q.append_output(0)  # the token sampled last step; this step stores its K/V
+        plan = reference_schedule(state)
+        for rid, n in plan.num_scheduled_tokens.items():
+            q = next(q for q in state.running if q.request_id == rid)
+            q.num_computed_tokens += n
+        if state.waiting and not plan.preempted_req_ids and len(state.running) < state.config.max_num_seqs:
+            tl.failures.append((step, state.waiting[0].request_id, "reservation"))
+        stored = sum(q.num_computed_tokens for q in state.running)
         reserved = (kv.num_blocks - kv.num_free_blocks) * block_size
         tl.stored_tokens.append(stored)
         tl.reserved_tokens.append(reserved)
         tl.internal_fragmentation.append(reserved - stored)
         tl.reservation_waste.append(0)
         tl.external_fragmentation.append(0)
-        tl.running.append(len(running))
-        tl.waiting.append(len(waiting))
+        tl.running.append(len(state.running))
+        tl.waiting.append(len(state.waiting))
         step += 1
+    tl.preemptions = state.preemptions
     return tl
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lab_utils.mathutils import percentile
+
 from .results import RequestRecord, SimResult
 
 
@@ -56,14 +58,6 @@ class Metrics:
         from dataclasses import asdict
 
         return asdict(self)
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-th percentile (0..100, linear interpolation); nan for no values."""
-    import numpy as np
-
-    vals = [v for v in values if v is not None]
-    return float(np.percentile(vals, q)) if vals else float("nan")
 
 
 def slot_utilisation(result: SimResult) -> float | None:

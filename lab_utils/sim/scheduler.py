@@ -16,21 +16,18 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
+from lab_utils.engine.request import TokenProgress
 from lab_utils.engine.scheduler import SchedulerOutput, reference_schedule
+from lab_utils.mathutils import cdiv
 
 from .policies import ContinuousBatching
 from .results import RequestRecord, Residency
 
 # The plan type and the policy are the engine's, re-exported here for lab 03.
-__all__ = ["BlockCounter", "SchedulerOutput", "SchedulerState", "SimRequest", "cdiv", "reference_schedule"]
+__all__ = ["BlockCounter", "SchedulerOutput", "SchedulerState", "SimRequest", "reference_schedule"]
 
 
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division: KV blocks needed for `a` tokens at `b` tokens per block."""
-    return -(-a // b)
-
-
-class SimRequest:
+class SimRequest(TokenProgress):
     """A request's live state inside the simulator (vLLM's `Request`, reduced to token counts)."""
 
     __slots__ = (
@@ -60,11 +57,6 @@ class SimRequest:
     def num_tokens(self) -> int:
         """Prompt plus generated tokens: what must be in the KV cache before the next sample."""
         return self.prompt_len + self.num_output_tokens
-
-    @property
-    def is_decoding(self) -> bool:
-        """True when one more computed token produces the next output token."""
-        return self.num_output_tokens >= 1 and self.num_computed_tokens == self.num_tokens - 1
 
     @property
     def all_token_ids(self) -> range:

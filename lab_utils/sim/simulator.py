@@ -26,10 +26,12 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from lab_utils.mathutils import cdiv
+
 from .cost import StepCostModel
 from .policies import ContinuousBatching, DynamicBatching, StaticBatching
 from .results import Residency, SimResult, StepRecord
-from .scheduler import BlockCounter, SchedulerOutput, SchedulerState, SimRequest, cdiv, reference_schedule
+from .scheduler import BlockCounter, SchedulerOutput, SchedulerState, SimRequest, reference_schedule
 from .workload import WorkloadRequest
 
 Policy = StaticBatching | ContinuousBatching | DynamicBatching
