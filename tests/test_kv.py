@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from learner_kv import MyKVCacheManager
 
 from lab_utils.kv import (
     ContiguousAllocator,
@@ -465,47 +466,10 @@ def test_parse_prometheus_sums_label_sets_and_reads_vllm_names():
 # ---------------------------------------------------------------- the engine's interface
 
 
-class _LearnerManager:
-    """A manager written the way lab 02 asks (no prefix caching, plain lists), not lab_utils code."""
-
-    def __init__(self, num_blocks, block_size, enable_caching=False):
-        self.block_size, self.num_blocks = block_size, num_blocks
-        self.free_queue = list(range(num_blocks))
-        self.ref_cnt = [0] * num_blocks
-        self.req_to_blocks = {}
-
-    @property
-    def num_free_blocks(self):
-        return len(self.free_queue)
-
-    def get_block_ids(self, request_id):
-        return list(self.req_to_blocks.get(request_id, []))
-
-    def get_computed_blocks(self, request):
-        return [], 0
-
-    def allocate_slots(self, request, num_new_tokens, new_computed_blocks=None):
-        table = self.req_to_blocks.get(request.request_id, [])
-        needed = cdiv(request.num_computed_tokens + num_new_tokens, self.block_size) - len(table)
-        if needed > len(self.free_queue):
-            return None
-        new = [self.free_queue.pop(0) for _ in range(max(0, needed))]
-        for b in new:
-            self.ref_cnt[b] += 1
-        self.req_to_blocks[request.request_id] = table + new
-        return new
-
-    def free(self, request):
-        for b in reversed(self.req_to_blocks.pop(request.request_id, [])):
-            self.ref_cnt[b] -= 1
-            if not self.ref_cnt[b]:
-                self.free_queue.append(b)
-
-
 def test_kv_cache_manager_implements_the_engine_interface():
     from lab_utils.kv import KVCacheManagerInterface, missing_members
 
-    for kv in (KVCacheManager(4, 4), _LearnerManager(4, 4)):
+    for kv in (KVCacheManager(4, 4), MyKVCacheManager(4, 4)):
         assert isinstance(kv, KVCacheManagerInterface) and missing_members(kv) == []
     assert "free" in missing_members(object()) and not isinstance(object(), KVCacheManagerInterface)
 
@@ -534,6 +498,6 @@ def test_a_learner_manager_drives_the_engine_scheduler_like_the_reference():
             sched.update_from_output(so, {r: 7 for r in done})
         return trace, kv.num_free_blocks
 
-    mine, ref = run(_LearnerManager(10, 4)), run(KVCacheManager(10, 4, enable_caching=False))
+    mine, ref = run(MyKVCacheManager(10, 4)), run(KVCacheManager(10, 4, enable_caching=False))
     assert mine == ref and ref[1] == 10
     assert any(preempted for _, _, preempted in ref[0])

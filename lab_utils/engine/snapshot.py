@@ -11,9 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lab_utils.sim.results import StepBatch
+
 
 @dataclass
-class StepSnapshot:
+class StepSnapshot(StepBatch):
     """One step of the engine loop, measured."""
 
     step: int
@@ -41,21 +43,6 @@ class StepSnapshot:
     def end(self) -> float:
         """When the step finished, seconds since the engine was created."""
         return self.start + self.schedule_s + self.execute_s + self.update_s
-
-    @property
-    def num_prefill_tokens(self) -> int:
-        """Prompt (and recompute) tokens in the step."""
-        return sum(self.prefill.values())
-
-    @property
-    def num_tokens(self) -> int:
-        """All tokens in the step's batch."""
-        return self.num_prefill_tokens + len(self.decode)
-
-    @property
-    def batch_size(self) -> int:
-        """Requests in the step's batch."""
-        return len(self.prefill) + len(self.decode)
 
 
 def to_sim_result(

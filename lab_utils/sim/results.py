@@ -58,8 +58,29 @@ class RequestRecord:
         return (self.finish_time - self.first_token_time) / (self.output_len - 1)
 
 
+class StepBatch:
+    """The batch of one step, counted: what a simulated `StepRecord` and a measured engine
+    `StepSnapshot` share. A subclass has `prefill` (request_id -> prompt or recompute tokens) and
+    `decode` (request_ids that decoded one token)."""
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        """Prompt (and recompute) tokens in the step."""
+        return sum(self.prefill.values())
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens scheduled in this step (padding rows not counted)."""
+        return self.num_prefill_tokens + len(self.decode)
+
+    @property
+    def num_active(self) -> int:
+        """Requests doing useful work in this step."""
+        return len(self.prefill) + len(self.decode)
+
+
 @dataclass
-class StepRecord:
+class StepRecord(StepBatch):
     """One engine step's plan and timing (a SchedulerOutput with a clock attached)."""
 
     start: float
@@ -74,20 +95,6 @@ class StepRecord:
     def sampled(self) -> tuple:
         """Request ids that produced an output token in this step (decodes + completed prefills)."""
         return self.decode + self.prefill_sampled
-
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(self.prefill.values())
-
-    @property
-    def num_tokens(self) -> int:
-        """Tokens scheduled in this step (padding rows not counted)."""
-        return self.num_prefill_tokens + len(self.decode)
-
-    @property
-    def num_active(self) -> int:
-        """Requests doing useful work in this step."""
-        return len(self.prefill) + len(self.decode)
 
 
 @dataclass
