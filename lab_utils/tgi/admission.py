@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from lab_utils.engine.scheduler import SchedulerOutput
 
 
 @dataclass
@@ -199,12 +201,6 @@ class AdmissionRecord:
     reserved: int  # tokens reserved by the batch after admission
 
 
-@dataclass
-class _Plan:
-    num_scheduled_tokens: dict = field(default_factory=dict)
-    preempted_req_ids: list = field(default_factory=list)
-
-
 def _default_max_new(req: Any) -> int:
     params = getattr(req, "sampling_params", None)
     if params is not None:
@@ -244,9 +240,9 @@ class TGIAdmission:
         bs = self.config.block_size
         return sum(reserved_tokens(_input_len(r), self._max_new(r), bs) for r in reqs)
 
-    def __call__(self, state: Any) -> _Plan:
+    def __call__(self, state: Any) -> SchedulerOutput:
         cfg = self.config
-        plan = _Plan()
+        plan = SchedulerOutput()  # the plan type every schedule function returns
         running = list(state.running)
         n_waiting = len(state.waiting)
         admitted: list = []
