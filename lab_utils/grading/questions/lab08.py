@@ -252,20 +252,24 @@ def _(max_sequences, scenario_sequences):
     assert int(scenario_sequences) >= 0, "scenario_sequences: a whole number computed from SCENARIO"
 
 
+def _random_gpu(rng) -> tuple[int, int, int, int]:
+    """An unseen case's memory: GPU bytes, weight bytes, other bytes, KV bytes per token."""
+    per_token = 2 * rng.randint(1, 80) * rng.choice([1, 2, 8]) * 128 * rng.choice([1, 2])
+    return (
+        rng.choice([24, 48, 80, 141]) * GiB,
+        rng.randint(1, 60) * GiB // 2,
+        rng.randint(1, 4) * GiB,
+        per_token,
+    )
+
+
 @hidden("08.max_sequences")
 def _(max_sequences, scenario_sequences, rng, scenario):
     wrong, n = 0, 20
     for _ in range(n):
-        per_token = 2 * rng.randint(1, 80) * rng.choice([1, 2, 8]) * 128 * rng.choice([1, 2])
-        case = (
-            rng.choice([24, 48, 80, 141]) * GiB,
-            rng.randint(1, 60) * GiB // 2,
-            rng.randint(1, 4) * GiB,
-            rng.choice([0.5, 0.7, 0.9, 0.95]),
-            per_token,
-            rng.randint(100, 40_000),
-            rng.choice([16, 32, 64]),
-        )
+        gpu, weights, other, per_token = _random_gpu(rng)
+        fraction = rng.choice([0.5, 0.7, 0.9, 0.95])
+        case = (gpu, weights, other, fraction, per_token, rng.randint(100, 40_000), rng.choice([16, 32, 64]))
         wrong += int(max_sequences(*case)) != _REF_SEQS(*case)
     frac_wrong(wrong, n)
     gpu, w, other, per_token = _scenario_inputs(scenario)
@@ -303,16 +307,7 @@ def _(fraction_needed):
 def _(fraction_needed, rng, scenario):
     wrong, n = 0, 20
     for _ in range(n):
-        per_token = 2 * rng.randint(1, 80) * rng.choice([1, 2, 8]) * 128 * rng.choice([1, 2])
-        case = (
-            rng.choice([24, 48, 80, 141]) * GiB,
-            rng.randint(1, 60) * GiB // 2,
-            rng.randint(1, 4) * GiB,
-            per_token,
-            rng.randint(100, 40_000),
-            rng.choice([16, 32, 64]),
-            rng.randint(1, 300),
-        )
+        case = (*_random_gpu(rng), rng.randint(100, 40_000), rng.choice([16, 32, 64]), rng.randint(1, 300))
         want, got = _ref_fraction(*case), fraction_needed(*case)
         wrong += (want is None) != (got is None) or (want is not None and not close(got, want, 1e-9))
     frac_wrong(wrong, n)
