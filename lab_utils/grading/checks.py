@@ -1,5 +1,6 @@
-"""Small helpers the question files share: number comparison, "wrong on k of n" verdicts, and the
-plain-dict form of a model shape that scenarios carry.
+"""Small helpers the question files share: number comparison, "wrong on k of n" verdicts, the test
+that a measured answer is the object the run produced, and the plain-dict form of a model shape that
+scenarios carry.
 
 A hidden check states how many unseen cases were wrong, never which values it expected, so the
 messages here carry counts only.
@@ -38,6 +39,19 @@ def partial(passed: int, total: int, what: str) -> float | None:
     if passed == 0:
         raise AssertionError(f"wrong on all {total} unseen {what}")
     return passed / total
+
+
+def measured(obj: Any, cls: type, what: str, made_by: str) -> Any:
+    """`obj` itself when it is a `cls` stamped by the lab's measuring code in this run, else a failure
+    that names the answer (`what`) and the call that makes it (`made_by`)."""
+    from lab_utils.grading.provenance import verify
+
+    if not isinstance(obj, cls) or not verify(obj):
+        raise AssertionError(
+            f"{what} must be the {cls.__name__} that {made_by} returned in this run, unchanged; "
+            "a typed-in or edited value cannot be checked"
+        )
+    return obj
 
 
 MODEL_FIELDS = (

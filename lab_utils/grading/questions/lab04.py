@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from lab_utils.grading.checks import measured
 from lab_utils.grading.registry import hidden, question, scenario
 
 # The engine's references: the learner's answers may neither be nor call them.
@@ -238,29 +239,23 @@ def _(my_schedule, rng, scenario):
 # --- 04.preemption (measured) -------------------------------------------------------------------
 
 
-def _stamped_run(obj, what: str):
+def _engine_run() -> type:
     from lab_utils.engine.measure import EngineRun
-    from lab_utils.grading.provenance import verify
 
-    if not isinstance(obj, EngineRun) or not verify(obj):
-        raise AssertionError(
-            f"{what} must be the EngineRun that engine.measure(...) returned in this "
-            "run, unchanged; a typed-in or edited value cannot be checked"
-        )
-    return obj
+    return EngineRun
 
 
 @question("04.preemption", points=2, answers=["tight_run"])
 def _(tight_run):
     """Your forced-preemption run: an EngineRun from `engine.measure` on a cache you sized."""
-    run = _stamped_run(tight_run, "tight_run")
+    run = measured(tight_run, _engine_run(), "tight_run", "engine.measure(...)")
     assert run.num_preemptions > 0, "no preemption happened: how many blocks must the cache lack?"
     assert run.free_blocks_after == run.settings["num_blocks"], "every block should be free at the end"
 
 
 @hidden("04.preemption")
 def _(tight_run, rng, scenario):
-    run = _stamped_run(tight_run, "tight_run")
+    run = measured(tight_run, _engine_run(), "tight_run", "engine.measure(...)")
     if (
         list(run.prompt_lens) != list(scenario["prompt_lens"])
         or run.settings["block_size"] != scenario["block_size"]
@@ -279,7 +274,10 @@ def _(tight_run, rng, scenario):
 @question("04.throughput_vs_batch", points=2, answers=["sweep_runs", "throughput"])
 def _(sweep_runs, throughput):
     """One EngineRun per max_num_seqs (at least three, including 1), and the tokens/s you derived."""
-    runs = {int(k): _stamped_run(v, f"sweep_runs[{k}]") for k, v in dict(sweep_runs).items()}
+    runs = {
+        int(k): measured(v, _engine_run(), f"sweep_runs[{k}]", "engine.measure(...)")
+        for k, v in dict(sweep_runs).items()
+    }
     assert len(runs) >= 3 and 1 in runs, "measure at least three max_num_seqs values, one of them 1"
     t = {int(k): float(v) for k, v in dict(throughput).items()}
     assert set(t) == set(runs), "one throughput per run, keyed by max_num_seqs"
@@ -288,7 +286,10 @@ def _(sweep_runs, throughput):
 
 @hidden("04.throughput_vs_batch")
 def _(sweep_runs, throughput, rng, scenario):
-    runs = {int(k): _stamped_run(v, "sweep_runs") for k, v in dict(sweep_runs).items()}
+    runs = {
+        int(k): measured(v, _engine_run(), "sweep_runs", "engine.measure(...)")
+        for k, v in dict(sweep_runs).items()
+    }
     t = {int(k): float(v) for k, v in dict(throughput).items()}
     for b, run in runs.items():
         if run.settings["max_num_seqs"] != b:

@@ -12,7 +12,8 @@ import math
 import string
 from types import SimpleNamespace
 
-from lab_utils.grading.checks import close
+from lab_utils.clients.loadgen import LoadResult
+from lab_utils.grading.checks import close, measured
 from lab_utils.grading.registry import hidden, question, scenario
 
 GiB = 1 << 30
@@ -295,22 +296,13 @@ def _(p50_p95, rng, scenario):
 # --- 05.sweep (measured) ------------------------------------------------------------------------
 
 
-def _stamped_load(obj, what: str):
-    from lab_utils.clients.loadgen import LoadResult
-    from lab_utils.grading.provenance import verify
-
-    if not isinstance(obj, LoadResult) or not verify(obj):
-        raise AssertionError(
-            f"{what} must be the LoadResult run_load returned in this run, unchanged; "
-            "a typed-in or edited value cannot be checked"
-        )
-    return obj
-
-
 @question("05.sweep", points=2, answers=["sweep_results", "sweep_tok_s"])
 def _(sweep_results, sweep_tok_s):
     """The concurrency sweep: one LoadResult per level (1 and at least one more), and tokens/s per level."""
-    runs = {int(k): _stamped_load(v, f"sweep_results[{k}]") for k, v in dict(sweep_results).items()}
+    runs = {
+        int(k): measured(v, LoadResult, f"sweep_results[{k}]", "run_load")
+        for k, v in dict(sweep_results).items()
+    }
     assert len(runs) >= 2 and 1 in runs, "at least two concurrency levels, one of them 1"
     t = {int(k): float(v) for k, v in dict(sweep_tok_s).items()}
     assert set(t) == set(runs) and all(v > 0 for v in t.values()), "one positive tokens/s per level"
@@ -322,7 +314,7 @@ def _(sweep_results, sweep_tok_s, rng, scenario):
 
     t = {int(k): float(v) for k, v in dict(sweep_tok_s).items()}
     for c, res in dict(sweep_results).items():
-        res = _stamped_load(res, "sweep_results")
+        res = measured(res, LoadResult, "sweep_results", "run_load")
         again = LoadResult.from_raw(res.raw_samples()).summary  # re-derived from per-request records
         if res.settings.get("concurrency") != int(c) or again.num_errors:
             raise AssertionError(f"sweep_results[{c}] ran at another concurrency, or had errors")

@@ -10,7 +10,7 @@ and recompute the graded figures from the raw per-request samples.
 
 from __future__ import annotations
 
-from lab_utils.grading.checks import close
+from lab_utils.grading.checks import close, measured
 from lab_utils.grading.registry import hidden, question, scenario
 
 _GPUS = ["L4", "L40S", "A100-80GB", "H100-80GB"]
@@ -181,17 +181,6 @@ def _(knee_rate, rng, scenario):
 # --- 09.coordinated_omission (measured) ----------------------------------------------------------
 
 
-def _stamped(obj, cls, what):
-    from lab_utils.grading.provenance import verify
-
-    if not isinstance(obj, cls) or not verify(obj):
-        raise AssertionError(
-            f"{what} must be the object the lab's measuring code returned in this run, "
-            "unchanged; a typed-in or edited value cannot be checked"
-        )
-    return obj
-
-
 def _co_gap(run) -> float:
     from lab_utils.bench.load import intended_starts
 
@@ -211,7 +200,7 @@ def _(co_run, co_hidden_s):
     """The capped open-loop run, and how much of its p95 latency the actual send times hide."""
     from lab_utils.clients.loadgen import LoadResult
 
-    run = _stamped(co_run, LoadResult, "co_run")
+    run = measured(co_run, LoadResult, "co_run", "run_load")
     assert run.settings.get("rate") and run.settings.get("concurrency"), (
         "an open-loop run (a rate) whose sends wait for a capped number of slots"
     )
@@ -222,7 +211,7 @@ def _(co_run, co_hidden_s):
 def _(co_run, co_hidden_s, rng, scenario):
     from lab_utils.clients.loadgen import LoadResult
 
-    run = _stamped(co_run, LoadResult, "co_run")
+    run = measured(co_run, LoadResult, "co_run", "run_load")
     want = _co_gap(LoadResult.from_raw(run.raw_samples()))
     if not abs(float(co_hidden_s) - want) <= 1e-6 + 1e-6 * abs(want):
         raise AssertionError(
@@ -240,7 +229,7 @@ def _(sweep, little_L):
     """The open-loop sweep, and lambda * W per level from the client's records."""
     from lab_utils.bench.load import Sweep
 
-    sw = _stamped(sweep, Sweep, "sweep")
+    sw = measured(sweep, Sweep, "sweep", "run_sweep")
     got = [float(v) for v in little_L]
     assert len(got) == len(sw.runs) >= 2, "one figure per level of the sweep"
     assert all(v > 0 for v in got), "a positive mean number of requests in the system"
@@ -250,7 +239,7 @@ def _(sweep, little_L):
 def _(sweep, little_L, rng, scenario):
     from lab_utils.bench.load import Sweep
 
-    sw = Sweep.from_raw(_stamped(sweep, Sweep, "sweep").raw_samples())
+    sw = Sweep.from_raw(measured(sweep, Sweep, "sweep", "run_sweep").raw_samples())
     got = [float(v) for v in little_L]
     wrong = 0
     for g, run in zip(got, sw.runs):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import random
 
+from lab_utils.grading.checks import measured
 from lab_utils.grading.registry import hidden, question, scenario
 
 POLICIES = ("round_robin", "consistent_hash", "cache_aware")
@@ -101,17 +102,12 @@ def _(predict_hit_fraction, predicted_gain, rng, scenario):
 
 
 def _runs(routing_runs) -> dict:
-    from lab_utils.grading.provenance import verify
     from lab_utils.routing import RoutingRun
 
     if not isinstance(routing_runs, dict) or not routing_runs:
         raise AssertionError("routing_runs maps each policy's name to the RoutingRun measure_policy returned")
     for name, run in routing_runs.items():
-        if not isinstance(run, RoutingRun) or not verify(run):
-            raise AssertionError(
-                f"routing_runs[{name!r}] must be the object measure_policy returned in this run, "
-                "unchanged; a typed-in or edited value cannot be checked"
-            )
+        measured(run, RoutingRun, f"routing_runs[{name!r}]", "measure_policy")
     return routing_runs
 
 
