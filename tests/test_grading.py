@@ -8,8 +8,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
+import submissions
+from submissions import put
 
 from lab_utils.grading import CHECK_MIME, questions_for, score
 from lab_utils.grading.grader import Outcome, grade_class, write_gradebook
@@ -33,22 +34,7 @@ NB_NAME = "07_triton.ipynb"
 
 
 def notebook(*sources: str):
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell('BACKEND = "auto"\nLIGHT = False\nSEED = 0')
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params] + [nbformat.v4.new_code_cell(s) for s in sources]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    return nb
-
-
-def write(folder: Path, student: str, nb, name: str = NB_NAME) -> Path:
-    path = folder / student / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(nb, str):
-        path.write_text(nb)
-    else:
-        nbformat.write(nb, str(path))
-    return path
+    return submissions.notebook(*sources, parameters='BACKEND = "auto"\nLIGHT = False\nSEED = 0')
 
 
 # --- unit tests (fast) -------------------------------------------------------------------------
@@ -158,7 +144,7 @@ def graded_class(tmp_path_factory):
     root = tmp_path_factory.mktemp("class")
     subs, out, hidden = root / "subs", root / "out", root / "hidden"
     for student, nb in CRAFTED.items():
-        write(subs, student, nb)
+        put(subs, student, nb)
     (subs / "good" / "notes.txt").write_text("a file next to the notebook")
     (subs / "stranger").mkdir()
     (subs / "stranger" / "homework.ipynb").write_text("{}")  # no lab number in the name
@@ -271,7 +257,7 @@ def test_rerun_resumes_and_regrades_only_changes(graded_class):
     assert (out / "gradebook.csv").read_text() == before
     assert any(f"{len(CRAFTED)} unchanged" in m for m in messages)
     # the partial student fixes an answer: only that notebook is graded again
-    write(subs, "partial", notebook(*GOOD_ANSWERS))
+    put(subs, "partial", notebook(*GOOD_ANSWERS))
     messages.clear()
     grade_class(subs, out, hidden, workers=1, timeout=45, memory_mb=4096, progress=messages.append)
     graded = [m for m in messages if m.startswith("[")]

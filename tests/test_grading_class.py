@@ -17,6 +17,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from submissions import notebook, put
 
 from lab_utils.grading import questions_for
 from lab_utils.grading.gradebook import question_summary, write_histogram
@@ -41,25 +42,6 @@ KV = (
     "    tokens = int((gpu - weights - act) * 2**30 * fraction // kv)\n"
     "    return tokens if max_tokens is None else min(tokens, int(max_tokens))\n"
 )
-
-
-def notebook(*sources: str):
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell("SEED = 0  # the grader sets its own seed")
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params] + [nbformat.v4.new_code_cell(s) for s in sources]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    return nb
-
-
-def put(subs: Path, student: str, content, name: str = "07_triton.ipynb") -> Path:
-    path = subs / student / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, str):
-        path.write_text(content)
-    else:
-        nbformat.write(content, str(path))
-    return path
 
 
 HOSTILE = {  # student: notebook, expected status, expected points
