@@ -408,7 +408,8 @@ def main() -> int:
     print(
         f"\nwhere the engine's time goes: {engine['execute_s']:.1f} s in forward passes, "
         f"{engine['schedule_s'] + engine['update_s']:.2f} s scheduling and bookkeeping; its "
-        f"{flops / 1e12:.2f} TFLOP of matmuls ran at {achieved:.0f} GFLOP/s of wall time "
+        f"{flops / 1e12:.2f} TFLOP of matmuls over all of that forward time (attention included) is "
+        f"{achieved:.0f} GFLOP/s of wall time "
         f"({flops / engine['cpu_s'] / 1e9:.0f} per CPU second) = "
         f"{100 * achieved / roofs['decode_linears_gflops']:.0f} % of the decode-step projection roof "
         f"({100 * achieved / roofs['matmul_gflops']:.0f} % of the square-matmul roof); streaming the "
