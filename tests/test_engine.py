@@ -280,7 +280,7 @@ def test_greedy_matches_transformers_one_at_a_time(engine, reference):
 def test_greedy_matches_transformers_batched_mixed_lengths(engine, reference):
     outs = engine.generate(PROMPTS, GREEDY)
     assert same(outs, reference) == [True] * len(PROMPTS)
-    assert max(s.batch_size for s in engine.snapshots) == len(PROMPTS)
+    assert max(s.num_active for s in engine.snapshots) == len(PROMPTS)
     assert engine.kv_cache_manager.num_free_blocks == engine.num_blocks  # nothing leaked
 
 
