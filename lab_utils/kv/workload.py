@@ -9,11 +9,11 @@ decode iteration. In each step, in this order:
    free the most recently admitted request is preempted and goes back to the front of the queue,
    as vLLM's recompute preemption does);
 4. waiting requests are admitted in order while their prompt fits (a request that does not fit
-   blocks the ones behind it; paged admits nobody in a step that preempted).
+   blocks the ones behind it; paged admits nobody in a step that preempted);
+5. the step is recorded.
 
 Paged steps 3 and 4 are `reference_schedule`, the policy the course engine and the batching
 simulator use; a preempted request keeps its outputs and prefills prompt and outputs again.
-5. the step is recorded.
 """
 
 from __future__ import annotations
@@ -205,7 +205,6 @@ class _PagedState:
         self.kv = kv
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
-        self.preemptions = 0
 
     def admit(self, request: Request) -> None:
         self.waiting.remove(request)
@@ -216,7 +215,6 @@ class _PagedState:
         self.kv.free(request)
         request.num_computed_tokens = 0  # recompute: prompt and kept outputs are prefilled again
         self.waiting.appendleft(request)
-        self.preemptions += 1
         return request
 
 
@@ -253,9 +251,9 @@ def simulate_paged(
         for q in state.running:
             q.append_output(0)  # the token sampled last step; this step stores its K/V
         plan = reference_schedule(state)
-        for rid, n in plan.num_scheduled_tokens.items():
-            q = next(q for q in state.running if q.request_id == rid)
-            q.num_computed_tokens += n
+        tl.preemptions += len(plan.preempted_req_ids)
+        for q in state.running:  # every scheduled request is running once the plan is made
+            q.num_computed_tokens += plan.num_scheduled_tokens.get(q.request_id, 0)
         if state.waiting and not plan.preempted_req_ids and len(state.running) < state.config.max_num_seqs:
             tl.failures.append((step, state.waiting[0].request_id, "reservation"))
         stored = sum(q.num_computed_tokens for q in state.running)
@@ -268,7 +266,6 @@ def simulate_paged(
         tl.running.append(len(state.running))
         tl.waiting.append(len(state.waiting))
         step += 1
-    tl.preemptions = state.preemptions
     return tl
 
 
