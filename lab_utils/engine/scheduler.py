@@ -52,6 +52,9 @@ class SchedulerOutput:
     # from a computed prompt (`Request.is_decoding`). Every other scheduled request computes
     # prompt (or recompute) tokens. Recording and plots take the split from here.
     decode_req_ids: list = field(default_factory=list)
+    # request_id -> the draft tokens scheduled after its last token (speculative decoding): the
+    # forward pass computes them and checks them against what the model itself predicts.
+    scheduled_spec_tokens: dict = field(default_factory=dict)
     # Copy-on-write block copies (src, dst) the runner must do before the forward pass.
     blocks_to_copy: list = field(default_factory=list)
     num_running: int = 0
@@ -109,6 +112,14 @@ class SchedulingState(Protocol):
         ...
 
 
+def num_tokens_with_spec(request: Any) -> int:
+    """The request's tokens plus the draft tokens waiting to be checked (vLLM's name).
+
+    Requests that never speculate (the simulator's, lab 02's) have no `spec_token_ids`: none.
+    """
+    return request.num_tokens + len(getattr(request, "spec_token_ids", ()))
+
+
 def _num_new_tokens(config: Any, num_uncomputed: int, budget: int) -> int:
     """Tokens a request gets this step: all it lacks, capped per request and by the budget left."""
     if config.long_prefill_token_threshold:
@@ -120,7 +131,8 @@ def reference_schedule(state: SchedulingState) -> SchedulerOutput:
     """Plan one step with vLLM v1's policy: running requests in order, then waiting ones.
 
     1. Running requests, oldest admission first, each get the tokens they lack up to what is left
-       of the token budget (1 for a decode, a chunk for a prompt). When a request's KV blocks do
+       of the token budget (1 for a decode, a chunk for a prompt; a decode with draft tokens
+       from speculative decoding also gets its drafts, as far as the budget goes). When a request's KV blocks do
        not fit, preempt the most recently admitted running request (possibly itself) until they
        do; a request that preempted itself ends the pass.
     2. Only if nobody was preempted (memory is short: admitting now would only cause more
@@ -138,7 +150,7 @@ def reference_schedule(state: SchedulingState) -> SchedulerOutput:
     i = 0
     while i < len(state.running) and budget > 0:
         req = state.running[i]
-        n = _num_new_tokens(cfg, req.num_tokens - req.num_computed_tokens, budget)
+        n = _num_new_tokens(cfg, num_tokens_with_spec(req) - req.num_computed_tokens, budget)
         if n <= 0:  # cannot happen for a healthy request; skip rather than schedule nothing
             i += 1
             continue
@@ -253,6 +265,7 @@ class Scheduler:
         """
         request = self.running.pop()
         self.kv_cache_manager.free(request)
+        request.spec_token_ids = []  # drafts are proposed again once it decodes
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
         request.num_preemptions += 1
@@ -274,7 +287,7 @@ class Scheduler:
             if rid not in running:
                 raise RuntimeError(f"plan schedules {rid!r}, which is not running (admit it first)")
             req = self.requests[rid]
-            left = req.num_tokens - req.num_computed_tokens
+            left = num_tokens_with_spec(req) - req.num_computed_tokens
             if not 1 <= n <= left:
                 raise RuntimeError(f"plan gives {rid!r} {n} tokens; it has {left} uncomputed tokens")
             held = len(self.kv_cache_manager.get_block_ids(rid)) * self.kv_cache_manager.block_size
@@ -315,11 +328,22 @@ class Scheduler:
             block_tables={rid: list(kv.get_block_ids(rid)) for rid in scheduled},
             new_req_ids=[r for r in self._admitted if r in scheduled],
             decode_req_ids=[rid for rid in scheduled if self.requests[rid].is_decoding],
+            scheduled_spec_tokens=self._scheduled_spec_tokens(scheduled),
             blocks_to_copy=pop_copies() if pop_copies else [],
             num_running=len(self.running),
             num_waiting=len(self.waiting),
             token_budget=self.config.max_num_batched_tokens,
         )
+
+    def _scheduled_spec_tokens(self, scheduled: dict[str, int]) -> dict[str, list[int]]:
+        """The drafts each request got this step: all of them, or as many as the budget left room for."""
+        out = {}
+        for rid, n in scheduled.items():
+            req = self.requests[rid]
+            num_spec = req.num_computed_tokens + n - req.num_tokens
+            if req.spec_token_ids and num_spec > 0:
+                out[rid] = list(req.spec_token_ids[:num_spec])
+        return out
 
     # ------------------------------------------------------------------ update
     def _check_stop(self, request: Request) -> bool:
@@ -337,9 +361,13 @@ class Scheduler:
         return request.is_finished
 
     def update_from_output(
-        self, scheduler_output: SchedulerOutput, sampled_token_ids: dict[str, int]
+        self, scheduler_output: SchedulerOutput, sampled_token_ids: dict[str, int | list[int]]
     ) -> list[Request]:
         """Record the step's work: advance progress, append sampled tokens, finish and free.
+
+        `sampled_token_ids[rid]` is one token, or a list of them when the request's drafts were
+        checked: the drafts the model agreed with, then the model's own next token. Drafts it
+        rejected are not in the cache's count, so their slots are written over later.
 
         Returns the requests that finished in this step.
         """
@@ -348,13 +376,19 @@ class Scheduler:
             req = self.requests.get(rid)
             if req is None or req.status != RequestStatus.RUNNING:
                 continue
-            req.num_computed_tokens += n  # their K/V are in the cache now
-            token = sampled_token_ids.get(rid)
-            if token is None:  # a prompt chunk that does not reach the end yet
-                continue
-            req.append_output_token(int(token))
-            if self._check_stop(req):
-                finished.append(req)
+            req.spec_token_ids = []  # checked in this step (or not scheduled): proposed afresh
+            sampled = sampled_token_ids.get(rid)
+            tokens = (
+                [] if sampled is None else list(sampled) if isinstance(sampled, (list, tuple)) else [sampled]
+            )
+            num_drafts = len(scheduler_output.scheduled_spec_tokens.get(rid, ()))
+            num_rejected = num_drafts - (len(tokens) - 1) if tokens and num_drafts else 0
+            req.num_computed_tokens += n - num_rejected  # their K/V are in the cache now
+            for token in tokens:  # a prompt chunk that does not reach the end yet has none
+                req.append_output_token(int(token))
+                if self._check_stop(req):  # later tokens of the same step are dropped
+                    finished.append(req)
+                    break
         for req in finished:
             self._free(req)
         return finished

@@ -38,6 +38,15 @@ class StepSnapshot(StepBatch):
     kv_usage: float  # fraction of KV blocks in use after the step
     num_free_blocks: int
     frame: Any = field(default=None, repr=False)  # lab_utils.kv.Frame when record_frames=True
+    # Draft tokens the decodes checked in this step (speculative decoding), and how many of
+    # them the model agreed with.
+    num_spec_tokens: int = 0
+    num_accepted_tokens: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens scheduled in this step, drafts included."""
+        return super().num_tokens + self.num_spec_tokens
 
     @property
     def end(self) -> float:

@@ -1,0 +1,100 @@
+"""Speculative decoding with n-gram drafts ("prompt lookup"), as vLLM's `method="ngram"`.
+
+A decode step reads every weight of the model to produce one token per request. If we can guess
+the next few tokens cheaply, one step can compute the real token *and* check the guesses: the
+model's prediction after each draft says whether the draft was right. Every draft up to the first
+wrong one is kept, plus the model's own token at that point, so a greedy request produces exactly
+the tokens it would have produced one step at a time, in fewer steps. On a CPU the step's cost
+grows slowly with its rows (the weights are read once per step either way), so fewer, fuller steps
+mean more tokens per second.
+
+The guesses here cost nothing: look for the last `n` tokens of the request (n from
+`prompt_lookup_max` down to `prompt_lookup_min`) earlier in its prompt or output, and propose
+the `num_speculative_tokens` tokens that followed that earlier occurrence. Text that repeats
+itself (code, quoted documents, a small model stuck in a loop) is guessed well; fresh text is not,
+and then no drafts are proposed and the step is an ordinary decode.
+
+    LLMEngine(num_speculative_tokens=4)              # prompt_lookup_min=2, prompt_lookup_max=4
+    vLLM: LLM(..., speculative_config={"method": "ngram", "num_speculative_tokens": 4,
+                                       "prompt_lookup_min": 2, "prompt_lookup_max": 4})
+
+Only greedy requests (temperature 0) without logits processors or stop strings get drafts here;
+the others decode one token per step. (vLLM also checks drafts for sampled requests, with
+rejection sampling.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+class NgramProposer:
+    """Drafts for each request from the most recent earlier occurrence of its last n tokens.
+
+    Per request it keeps a map from every n-gram seen so far (for each n) to the position right
+    after its latest occurrence, extended with the tokens added since the last call, so a
+    proposal costs O(new tokens), not a scan of the whole history.
+    """
+
+    def __init__(
+        self, num_speculative_tokens: int, prompt_lookup_min: int = 2, prompt_lookup_max: int = 4
+    ) -> None:
+        if num_speculative_tokens < 1:
+            raise ValueError(f"num_speculative_tokens must be >= 1, got {num_speculative_tokens}")
+        if not 1 <= prompt_lookup_min <= prompt_lookup_max:
+            raise ValueError(
+                "need 1 <= prompt_lookup_min <= prompt_lookup_max, got "
+                f"{prompt_lookup_min} and {prompt_lookup_max}"
+            )
+        self.k = num_speculative_tokens
+        self.n_min, self.n_max = prompt_lookup_min, prompt_lookup_max
+        # request_id -> (n-gram -> index after its latest occurrence, tokens indexed so far)
+        self._index: dict[str, tuple[dict[tuple, int], int]] = {}
+
+    def propose(self, request_id: str, token_ids: list[int], max_drafts: int | None = None) -> list[int]:
+        """Up to `num_speculative_tokens` (and `max_drafts`) draft tokens to follow `token_ids`."""
+        k = self.k if max_drafts is None else min(self.k, max_drafts)
+        if k < 1 or len(token_ids) <= self.n_min:
+            return []
+        seen, done = self._index.get(request_id, ({}, 0))
+        if done > len(token_ids):  # the history was replaced (a reused id): start again
+            seen, done = {}, 0
+        # Index every n-gram that some token follows; the last n tokens themselves (the pattern
+        # looked up) have no follower yet, so they never count as an earlier occurrence.
+        length = len(token_ids)
+        for end in range(max(done, self.n_min), length):
+            for n in range(self.n_min, min(self.n_max, end) + 1):
+                seen[tuple(token_ids[end - n : end])] = end
+        self._index[request_id] = (seen, length)
+        for n in range(min(self.n_max, length - 1), self.n_min - 1, -1):
+            after = seen.get(tuple(token_ids[length - n :]))
+            if after is None:
+                continue
+            # Token `length` lines up with token `after`, so each draft copies the token the same
+            # distance after `after`; past the end of the history that is an earlier draft (a
+            # short loop such as "a b a b" continues as "a b").
+            drafts: list[int] = []
+            for j in range(k):
+                i = after + j
+                drafts.append(token_ids[i] if i < length else drafts[i - length])
+            return drafts
+        return []
+
+    def forget(self, request_id: str) -> None:
+        """Drop a finished request's index."""
+        self._index.pop(request_id, None)
+
+    def propose_for(self, requests: Iterable[Any], max_model_len: int) -> None:
+        """Set `spec_token_ids` on each request that may speculate, within its length limits.
+
+        A request may speculate when it decodes greedily with no logits processors or stop
+        strings. Drafts never take it past `max_tokens` or `max_model_len`: a step adds at most
+        one token beyond its drafts.
+        """
+        for req in requests:
+            params = req.sampling_params
+            if req.is_finished or not params.greedy or params.logits_processors or params.stop_strings:
+                continue
+            room = min(params.max_tokens - req.num_output_tokens, max_model_len - req.num_tokens) - 1
+            req.spec_token_ids = self.propose(req.request_id, req.all_token_ids, room) if room > 0 else []

