@@ -201,55 +201,69 @@ def run_engine(
     }
 
 
-def measure_roofs(model: str, threads: int, batch: int) -> dict:
-    """This machine's float32 limits, measured now with the bench's thread count.
-
-    matmul: a square 2048 x 2048 product (the best case). decode_linears: every projection of the
-    model at one decode step of `batch` rows, weights prepacked as the engine's fast path holds
-    them, each weight read once per step as in a real step. read: memory read bandwidth
-    (lab_utils.hostperf), the limit of any step that streams the weights or the KV cache.
-    """
-    import torch
-
-    from lab_utils.engine.fast import PackedLinear
-    from lab_utils.engine.llama import LlamaConfig
-    from lab_utils.hostperf import measure_read_bandwidth
-
-    torch.set_num_threads(threads)
-    c = LlamaConfig.from_folder(model)
-
-    def best(fn, repeats: int) -> float:
+def best_time(fn, repeats: int) -> float:
+    """The fastest of `repeats` timed calls, after one untimed warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
         fn()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return min(times)
+        times.append(time.perf_counter() - t0)
+    return min(times)
 
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    square = 2 * 2048**3 / best(lambda: a @ b, 5)
+
+def model_shapes(model: str) -> list[tuple[int, int]]:
+    """(out, in) of every projection of the model, layer by layer, then the lm_head."""
+    from lab_utils.engine.llama import LlamaConfig
+
+    c = LlamaConfig.from_folder(model)
     qkv = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
     shapes = [(qkv, c.hidden_size), (c.hidden_size, c.num_heads * c.head_dim)]
     shapes += [(2 * c.intermediate_size, c.hidden_size), (c.hidden_size, c.intermediate_size)]
-    shapes = shapes * c.num_layers + [(c.vocab_size, c.hidden_size)]
+    return shapes * c.num_layers + [(c.vocab_size, c.hidden_size)]
+
+
+def projection_step_gflops(model: str, rows: int) -> float:
+    """GFLOP/s of every projection of the model at one step of `rows` rows, weights prepacked as
+    the engine's fast path holds them, each weight read once per step as in a real step."""
+    import torch
+
+    from lab_utils.engine.fast import PackedLinear
+
+    shapes = model_shapes(model)
     gen = torch.Generator().manual_seed(0)
     linears = [PackedLinear(torch.randn(n, k, generator=gen) * 0.02) for n, k in shapes]
-    inputs = {k: torch.randn(batch, k, generator=gen) for _, k in shapes}
+    inputs = {k: torch.randn(rows, k, generator=gen) for _, k in shapes}
 
     def step() -> None:
         for (_, k), lin in zip(shapes, linears):
             lin(inputs[k])
 
     with torch.inference_mode():
-        step_s = best(step, 3)
-    flops = sum(2 * batch * n * k for n, k in shapes)
+        step_s = best_time(step, 3)
+    return sum(2 * rows * n * k for n, k in shapes) / step_s / 1e9
+
+
+def measure_roofs(model: str, threads: int, batch: int) -> dict:
+    """This machine's float32 limits, measured now with the bench's thread count.
+
+    matmul: a square 2048 x 2048 product (the best case). decode_linears: every projection at one
+    decode step of `batch` rows (`projection_step_gflops`). read: memory read bandwidth
+    (lab_utils.hostperf), the limit of any step that streams the weights or the KV cache.
+    """
+    import torch
+
+    from lab_utils.hostperf import measure_read_bandwidth
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    square = 2 * 2048**3 / best_time(lambda: a @ b, 5)
     return {
         "matmul_gflops": square / 1e9,
-        "decode_linears_gflops": flops / step_s / 1e9,
+        "decode_linears_gflops": projection_step_gflops(model, batch),
         "decode_batch": batch,
         "read_gbs": measure_read_bandwidth().bytes_per_s / 1e9,
-        "weight_bytes": sum(4 * n * k for n, k in shapes),
+        "weight_bytes": sum(4 * n * k for n, k in model_shapes(model)),
         "threads": threads,
     }
 
@@ -475,6 +489,14 @@ def main() -> int:
         )
     flops = run_flops(args.model, engine["fed_tokens"], engine["logits_rows"])
     achieved = flops / engine["execute_s"] / 1e9
+    rows = round(engine["fed_tokens"] / engine["steps"])
+    at_rows = projection_step_gflops(args.model, rows)
+    print(
+        f"\nthe engine's steps averaged {rows} rows; every projection at one step of {rows} rows runs at "
+        f"{at_rows:.0f} GFLOP/s here (at {args.max_num_seqs} rows {roofs['decode_linears_gflops']:.0f}): "
+        f"the run's matmuls alone would take {flops / at_rows / 1e9:.1f} s of its "
+        f"{engine['execute_s']:.1f} s of forward passes"
+    )
     print(
         f"\nwhere the engine's time goes: {engine['execute_s']:.1f} s in forward passes, "
         f"{engine['schedule_s'] + engine['update_s']:.2f} s scheduling, bookkeeping and drafting; its "
