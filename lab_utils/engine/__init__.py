@@ -8,8 +8,9 @@
 Modules, one idea each: `sampling_params`, `request`, `scheduler` (the plan), `llama` (the model
 and paged attention, in plain torch), `fast` (the same model with CPU kernels, behind one switch:
 `LLMEngine(fast=False)` runs `llama` alone), `model_runner` (plan -> tensors -> tokens),
-`sampler`, `llm_engine` (the loop), `snapshot` (per-step records for the plots). Nothing heavy is
-imported until used.
+`sampler`, `spec_decode` (n-gram drafts for speculative decoding, off unless
+`num_speculative_tokens` is set), `llm_engine` (the loop), `snapshot` (per-step records for the
+plots). Nothing heavy is imported until used.
 """
 
 from .config import EngineConfig

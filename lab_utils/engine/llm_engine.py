@@ -4,6 +4,7 @@
     engine = LLMEngine()                      # the course model, float32 on CPU
     outs = engine.generate(["Hello"], SamplingParams(temperature=0, max_tokens=20))
     outs[0].outputs[0].text
+    LLMEngine(num_speculative_tokens=4)       # n-gram drafts for greedy requests (spec_decode.py)
 
 The loop is the one vLLM runs (`EngineCore.step`): `step()` = schedule -> execute -> update -> outputs.
 """
