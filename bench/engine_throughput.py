@@ -411,20 +411,10 @@ def run_vllm(
 def spawn_vllm(args, spec: dict | None) -> dict | None:
     """One vLLM run in a child process (its CPU worker pins threads and would disturb the others)."""
     cmd = [sys.executable, __file__, "--only", "vllm-spec" if spec else "vllm", "--model", args.model]
-    cmd += ["--num-requests", str(args.num_requests), "--seed", str(args.seed)]
-    cmd += [
-        "--max-num-seqs",
-        str(args.max_num_seqs),
-        "--max-num-batched-tokens",
-        str(args.max_num_batched_tokens),
-    ]
-    cmd += ["--num-speculative-tokens", str(args.num_speculative_tokens), "--repeats", str(args.repeats)]
-    cmd += [
-        "--prompt-lookup-min",
-        str(args.prompt_lookup_min),
-        "--prompt-lookup-max",
-        str(args.prompt_lookup_max),
-    ]
+    passed = ("num_requests", "seed", "max_num_seqs", "max_num_batched_tokens", "repeats")
+    passed += ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
+    for name in passed:  # the child parses the same options into the same workload and settings
+        cmd += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     if args.vllm_eager:
         cmd.append("--vllm-eager")
     # vLLM's CPU worker pins its OpenMP threads to these cores: the same count as the others get.
