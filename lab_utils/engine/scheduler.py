@@ -131,10 +131,10 @@ def reference_schedule(state: SchedulingState) -> SchedulerOutput:
     """Plan one step with vLLM v1's policy: running requests in order, then waiting ones.
 
     1. Running requests, oldest admission first, each get the tokens they lack up to what is left
-       of the token budget (1 for a decode, a chunk for a prompt; a decode with draft tokens
-       from speculative decoding also gets its drafts, as far as the budget goes). When a request's KV blocks do
-       not fit, preempt the most recently admitted running request (possibly itself) until they
-       do; a request that preempted itself ends the pass.
+       of the token budget (1 for a decode, a chunk for a prompt; a decode with draft tokens from
+       speculative decoding also gets its drafts, as far as the budget goes). When a request's KV
+       blocks do not fit, preempt the most recently admitted running request (possibly itself)
+       until they do; a request that preempted itself ends the pass.
     2. Only if nobody was preempted (memory is short: admitting now would only cause more
        preemptions), admit waiting requests first come first served while there is budget, a free
        sequence slot (`max_num_seqs`) and KV room. A new request starts after its prefix-cache
