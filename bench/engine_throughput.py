@@ -348,12 +348,8 @@ def run_flops(model: str, fed: int, logits_rows: int) -> float:
     lm_head (attention's own FLOPs are small at these lengths). Without speculation `fed` is
     every prompt and output token but the last and `logits_rows` one per output token; checked
     drafts add rows to both."""
-    from lab_utils.engine.llama import LlamaConfig
-
-    c = LlamaConfig.from_folder(model)
-    per_layer = c.hidden_size * (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
-    per_layer += c.num_heads * c.head_dim * c.hidden_size + 3 * c.hidden_size * c.intermediate_size
-    return 2.0 * (c.num_layers * per_layer * fed + c.vocab_size * c.hidden_size * logits_rows)
+    *layers, (vocab, hidden) = model_shapes(model)
+    return 2.0 * (fed * sum(n * k for n, k in layers) + logits_rows * vocab * hidden)
 
 
 def run_vllm(
