@@ -123,6 +123,13 @@ def test_deployment_has_gpu_and_probes():
         ("keda-scaledobject.yaml", lambda d: d["spec"].update(maxReplicas=d["spec"].pop("maxReplicaCount"))),
         (
             "keda-scaledobject.yaml",
+            lambda d: d["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"].update(
+                stabilisationWindowSeconds=600
+            ),
+        ),
+        ("keda-scaledobject.yaml", lambda d: d["spec"].update(cooldownPeriod=600)),  # does nothing at min 1
+        (
+            "keda-scaledobject.yaml",
             lambda d: d["spec"]["triggers"][0]["metadata"].update(
                 querry=d["spec"]["triggers"][0]["metadata"].pop("query")
             ),

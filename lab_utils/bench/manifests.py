@@ -52,6 +52,18 @@ def load_documents(path: str | Path) -> list[dict]:
         return [d for d in yaml.safe_load_all(f) if d]
 
 
+def scaledobject_behaviour(doc: dict) -> list[str]:
+    """Fields that validate but do nothing: KEDA's cooldownPeriod only governs scaling to zero."""
+    spec = doc.get("spec") or {}
+    if "cooldownPeriod" in spec and int(spec.get("minReplicaCount", 0)) > 0:
+        return [
+            "ScaledObject: spec/cooldownPeriod: only used when scaling to zero, and minReplicaCount is "
+            f"{spec['minReplicaCount']}; slow scale-down goes in "
+            "advanced.horizontalPodAutoscalerConfig.behavior.scaleDown"
+        ]
+    return []
+
+
 def validate_resource(doc: dict) -> list[str]:
     """Problems with one resource; [] when it validates."""
     kind = doc.get("kind")
@@ -60,10 +72,11 @@ def validate_resource(doc: dict) -> list[str]:
 
         schema = json.loads(KEDA_SCHEMA.read_text())
         validator = jsonschema.Draft202012Validator(schema)
-        return [
+        problems = [
             f"ScaledObject: {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
             for e in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
         ]
+        return problems + scaledobject_behaviour(doc)
     import kubernetes_validate
 
     try:
@@ -107,6 +120,7 @@ __all__ = [
     "K8S_DIR",
     "KEDA_SCHEMA",
     "load_documents",
+    "scaledobject_behaviour",
     "validate_all",
     "validate_file",
     "validate_resource",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..facts import fact
 from ..memory import (
     GiB,
     ModelSpec,
@@ -95,7 +96,7 @@ def per_gpu_memory(
     *,
     weights: str = "bfloat16",
     kv_cache_dtype: str = "bfloat16",
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float = fact("vllm.gpu_memory_utilization"),
 ) -> ParallelMemory:
     """Memory of one GPU in a TP x PP replica of `spec` (see the module docstring for the terms)."""
     g = get_gpu(gpu)

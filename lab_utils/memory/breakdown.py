@@ -16,10 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..facts import fact
 from .gpus import GPU, get_gpu
 from .kv import DoesNotFitError, GiB, KVCacheReport, require_fit, vllm_kv_cache_report
 from .spec import ModelSpec, dtype_bytes
 from .weights import weight_bytes
+
+# vLLM's --gpu-memory-utilization default (0.92 in 0.32, vllm/config/cache.py), kept in lab_utils.facts
+VLLM_GPU_MEMORY_UTILIZATION: float = fact("vllm.gpu_memory_utilization")
 
 CUDA_CONTEXT_BYTES = 768 << 20  # CUDA context, cuBLAS workspaces, allocator slack: measured 0.5-1 GiB
 CUDA_GRAPH_BYTES = 512 << 20  # captured decode graphs; 0 with --enforce-eager
@@ -117,7 +121,7 @@ def memory_breakdown(
     gpu: str | GPU = "H100-80GB",
     *,
     tensor_parallel_size: int = 1,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float = VLLM_GPU_MEMORY_UTILIZATION,
     max_model_len: int | None = None,
     weights: str = "bfloat16",
     kv_cache_dtype: str = "bfloat16",

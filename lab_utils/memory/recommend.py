@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .breakdown import (
+    VLLM_GPU_MEMORY_UTILIZATION,
     DoesNotFitError,
     MemoryBreakdown,
     activation_bytes,
@@ -94,7 +95,7 @@ def gpus_by_memory(
     min_concurrency: int = 1,
     weights: str = "bfloat16",
     kv_cache_dtype: str = "bfloat16",
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float = VLLM_GPU_MEMORY_UTILIZATION,
 ) -> int:
     """GPUs needed by memory alone: ceil(total needed / usable per GPU), before any TP constraint.
 
@@ -134,7 +135,7 @@ def recommend(
     kv_cache_dtype: str = "bfloat16",
     gpus: list[str | GPU] | None = None,
     max_gpus: int = 8,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float = VLLM_GPU_MEMORY_UTILIZATION,
     max_num_seqs: int = 256,
     block_size: int = 16,
     sort_by: str = "cost_per_hour",

