@@ -529,7 +529,7 @@ def grade_lab(path: Path, timeout: float) -> int:
     result = {"lab": lab, "notebook": path.name}
     t = time.monotonic()
     try:
-        from lab_utils.grading.grader import Grader, Job
+        from grader.grader import Grader, Job
 
         class _Grader(Grader):
             def _env(self, *a, **kw):  # keep the what-you-measured figures in OUT, not a temp folder

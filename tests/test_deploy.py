@@ -326,7 +326,8 @@ def _answers():
 
 @pytest.mark.parametrize("seed", [0, 123])
 def test_right_answers_score_full_and_stubs_zero(seed):
-    from lab_utils.grading import get, lab_scenario, score_graded
+    from grader.judge import score_graded
+    from lab_utils.grading import get, lab_scenario
 
     ans = _answers()
     scen = lab_scenario("10", seed)
@@ -347,7 +348,8 @@ def test_right_answers_score_full_and_stubs_zero(seed):
 
 
 def test_measured_question_refuses_a_typed_in_run():
-    from lab_utils.grading import get, score_graded
+    from grader.judge import score_graded
+    from lab_utils.grading import get
 
     typed = {
         "round_robin": {"hit_rate": 0.4},

@@ -14,6 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from grader.registry import hidden_check
 from lab_utils.grading import lab_scenario, questions_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,7 +30,7 @@ def _code(path: Path) -> list[nbformat.NotebookNode]:
 def test_every_question_has_a_hidden_check_and_the_lab_a_prediction(path):
     qs = questions_for(path.name[:2])
     assert len(qs) >= 2, "a lab grades at least two questions"
-    assert not [q.id for q in qs if q.hidden is None], "every question needs an @hidden check"
+    assert not [q.id for q in qs if hidden_check(q.id) is None], "every question needs an @hidden check"
     assert any(q.predict for q in qs), "every lab has a predict-then-measure question (predict=True)"
 
 

@@ -19,10 +19,10 @@ import nbformat
 import pytest
 from submissions import notebook, put
 
+from grader.gradebook import question_summary, write_histogram
+from grader.grader import Outcome, grade_class
+from grader.sandbox import Status
 from lab_utils.grading import questions_for
-from lab_utils.grading.gradebook import question_summary, write_histogram
-from lab_utils.grading.grader import Outcome, grade_class
-from lab_utils.grading.sandbox import Status
 
 REPO = Path(__file__).resolve().parent.parent
 SEED = 4242
@@ -101,7 +101,7 @@ def test_status_enum_and_no_preexec_fn():
 
 
 def test_memory_limit_is_an_outcome(tmp_path):
-    from lab_utils.grading.sandbox import run_limited
+    from grader.sandbox import run_limited
 
     hog = "import time\nx = bytearray(400 * 2**20)\nx[::4096] = b'x' * len(x[::4096])\ntime.sleep(60)"
     code, stopped = run_limited(

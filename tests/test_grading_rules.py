@@ -8,11 +8,14 @@ import functools
 
 import pytest
 
+from grader import registry as judge_registry
+from grader.grader import instructor_seed, job_seed
+from grader.judge import score_graded
+from grader.memorise import memorised_answers
+from grader.registry import hidden
 from lab_utils.grading import provenance, registry
-from lab_utils.grading.grader import instructor_seed, job_seed
-from lab_utils.grading.memorise import memorised_answers
-from lab_utils.grading.registry import get, hidden, lab_scenario, question, scenario
-from lab_utils.grading.scoring import CORRECT, NOT_ANSWERED, REFERENCE, WRONG, score, score_graded
+from lab_utils.grading.registry import get, lab_scenario, question, scenario
+from lab_utils.grading.scoring import CORRECT, NOT_ANSWERED, REFERENCE, WRONG, score
 
 LAB = "98"
 
@@ -49,7 +52,7 @@ def toy_lab():
     yield
     for qid in (f"{LAB}.area", f"{LAB}.scenario_area"):
         registry._REGISTRY.pop(qid, None)
-        registry._HIDDEN.pop(qid, None)
+        judge_registry._HIDDEN.pop(qid, None)
     registry._SCENARIOS.pop(LAB, None)
 
 

@@ -24,9 +24,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lab_utils.grading import questions_for, score_graded
-from lab_utils.grading.grader import Grader, Job, job_seed
-from lab_utils.grading.memorise import memorised_answers
+from grader.grader import Grader, Job, job_seed
+from grader.judge import score_graded
+from grader.memorise import memorised_answers
+from lab_utils.grading import questions_for
 from lab_utils.grading.probe import load_answers
 
 REPO = Path(__file__).resolve().parent.parent

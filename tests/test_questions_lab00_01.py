@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from lab_utils.grading import get, lab_scenario, questions_for, score_graded
-from lab_utils.grading.memorise import memorised_answers
+from grader.judge import score_graded
+from grader.memorise import memorised_answers
+from grader.registry import hidden_check
+from lab_utils.grading import get, lab_scenario, questions_for
 
 GiB = 1 << 30
 SEEDS = (3, 11)
@@ -273,7 +275,7 @@ def test_question_sets():
     }
     for lab in ("00", "01"):
         qs = questions_for(lab)
-        assert all(q.hidden is not None for q in qs)
+        assert all(hidden_check(q.id) is not None for q in qs)
         assert sum(q.predict for q in qs) >= 1
     assert lab_scenario("01", 1) != lab_scenario("01", 2) and lab_scenario("01", 7) == lab_scenario("01", 7)
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 import pytest
 from learner_kv import ForkingKVCacheManager, MyKVCacheManager
 
-from lab_utils.grading import lab_scenario, questions_for, score_graded
-from lab_utils.grading.memorise import memorised_answers
+from grader.judge import score_graded
+from grader.memorise import memorised_answers
+from grader.registry import hidden_check
+from lab_utils.grading import lab_scenario, questions_for
 
 SEEDS = (3, 11)
 
@@ -208,7 +210,7 @@ def test_solution_like_answers_earn_full_marks(lab, seed):
 def test_every_question_has_a_hidden_part_and_each_lab_a_prediction():
     for lab in ("02", "03"):
         qs = questions_for(lab)
-        assert all(q.hidden is not None for q in qs)
+        assert all(hidden_check(q.id) is not None for q in qs)
         assert any(q.predict for q in qs)
 
 

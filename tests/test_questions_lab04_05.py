@@ -18,8 +18,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lab_utils.grading import get, lab_scenario, questions_for, score, score_graded
-from lab_utils.grading.memorise import memorised_answers
+from grader.judge import score_graded
+from grader.memorise import memorised_answers
+from grader.registry import hidden_check
+from lab_utils.grading import get, lab_scenario, questions_for, score
 
 REPO = Path(__file__).resolve().parent.parent
 SEEDS = (11, 2026)
@@ -70,7 +72,7 @@ def test_solution_scores_full_marks(qid, seed):
 def test_every_question_has_a_hidden_check_and_each_lab_a_prediction():
     for lab in ("04", "05"):
         qs = questions_for(lab)
-        assert all(q.hidden is not None for q in qs)
+        assert all(hidden_check(q.id) is not None for q in qs)
         assert any(q.predict for q in qs)
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from lab_utils.grading import get, lab_scenario, questions_for, score, score_graded
-from lab_utils.grading.memorise import memorised_answers
+from grader.judge import score_graded
+from grader.memorise import memorised_answers
+from lab_utils.grading import get, lab_scenario, questions_for, score
 from lab_utils.triton.config import config_from_dict
 from lab_utils.triton.measure import batch_counts
 

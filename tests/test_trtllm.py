@@ -378,7 +378,8 @@ def _course_model_present() -> bool:
 @pytest.mark.skipif(not _course_model_present(), reason="needs the prepared course model (make model)")
 @pytest.mark.parametrize("seed", [0, 777])
 def test_lab08_solution_answers_score_full_and_mistakes_do_not(seed):
-    from lab_utils.grading import lab_scenario, questions_for, score_graded
+    from grader.judge import score_graded
+    from lab_utils.grading import lab_scenario, questions_for
 
     scen = lab_scenario("08", seed)
     ns = _solution_namespace(scen)

@@ -1,8 +1,21 @@
-"""Graded questions, public checks, and the instructor's grader (`python -m lab_utils.grading`)."""
+"""The learner's side of grading: questions, scenarios and public checks (`check()`).
+
+The instructor's side (hidden checks, references, the judge, the sandbox, the gradebook and the
+command line) is the top-level `grader` package, which nothing here imports.
+"""
 
 from .public import CHECK_MIME, check, recorded_results
-from .registry import Question, all_questions, get, hidden, lab_scenario, question, questions_for, scenario
-from .scoring import Result, score, score_graded
+from .registry import (
+    Question,
+    all_questions,
+    get,
+    lab_limits,
+    lab_scenario,
+    question,
+    questions_for,
+    scenario,
+)
+from .scoring import Result, score
 
 __all__ = [
     "CHECK_MIME",
@@ -11,12 +24,11 @@ __all__ = [
     "all_questions",
     "check",
     "get",
-    "hidden",
+    "lab_limits",
     "lab_scenario",
     "question",
     "questions_for",
     "recorded_results",
     "scenario",
     "score",
-    "score_graded",
 ]

@@ -1,6 +1,8 @@
 """Run one instrumented notebook with papermill (the grader starts this in its own process).
 
-    python -m lab_utils.grading.execute IN.ipynb OUT.ipynb --cwd DIR --cell-timeout S --status F
+    python -m lab_utils.grading.execute IN.ipynb OUT.ipynb --cwd DIR [--copy-from DIR] --cell-timeout S --status F
+
+The grader runs this inside the sandbox (grader/sandbox.py).
 
 Every cell runs even after one raised (errors are recorded, not fatal), so each question gets its
 chance. The outcome goes to the status file as JSON: {"outcome": "ok" | "cell errors" |
@@ -20,10 +22,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("input")
     parser.add_argument("output")
     parser.add_argument("--cwd", required=True)
+    parser.add_argument("--copy-from", default=None, help="copy this folder's files into --cwd first")
     parser.add_argument("--cell-timeout", type=float, default=600)
     parser.add_argument("--status", required=True)
     parser.add_argument("--kernel", default="python3")
     args = parser.parse_args(argv)
+
+    import os
+    import shutil
+
+    if args.copy_from:  # the student's other files, from the read-only input into the private work folder
+        shutil.copytree(args.copy_from, args.cwd, symlinks=True, dirs_exist_ok=True)
+    os.makedirs(args.cwd, exist_ok=True)
+    os.makedirs(os.environ.get("HOME", args.cwd), exist_ok=True)
 
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError

@@ -1,4 +1,4 @@
-"""Graded questions: an id, points, the answers a check reads, a public and a hidden check.
+"""Graded questions, learner side: an id, points, the answers a check reads, and the public check.
 
 A lab's questions live in `lab_utils/grading/questions/labNN.py` (see docs/AUTHORING.md):
 
@@ -11,9 +11,8 @@ A lab's questions live in `lab_utils/grading/questions/labNN.py` (see docs/AUTHO
     def _(kv_bytes_per_token):                    # public: in the notebook, <= 2 fixed cases
         assert int(kv_bytes_per_token(1, 1, 1, 1)) > 1, "a token stores a key AND a value"
 
-    @hidden("01.kv_bytes_per_token")
-    def _(kv_bytes_per_token, rng, scenario):     # grader only: unseen cases from the seed
-        ...
+The hidden check of each question lives on the instructor's side (`grader/hidden/labNN.py`), which
+no notebook and no sandbox can see.
 
 A check gets the learner's answers by name, returns None (full points) or a fraction in [0, 1]
 (partial credit), and raises AssertionError with a hint (never the answer) when it is wrong.
@@ -32,8 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 _REGISTRY: dict[str, Question] = {}
-_HIDDEN: dict[str, Callable[..., float | None]] = {}
 _SCENARIOS: dict[str, Callable[[random.Random], dict]] = {}
+_LIMITS: dict[str, dict] = {}
+DEFAULT_LIMITS = {"memory_mb": 8192, "timeout": 900}
 
 
 @dataclass(frozen=True)
@@ -51,12 +51,6 @@ class Question:
     allow_none: tuple[str, ...] = ()
     # a prediction made before a cell measures the same figure (every lab has at least one)
     predict: bool = False
-
-    @property
-    def hidden(self) -> Callable[..., float | None] | None:
-        """The grader-only check (`@hidden`), or None."""
-        _load_all()
-        return _HIDDEN.get(self.id)
 
     @property
     def lab(self) -> str:
@@ -96,14 +90,22 @@ def question(
     return register
 
 
-def hidden(qid: str):
-    """Register the grader-only check of question `qid`: `fn(*answers, rng, scenario)`."""
+def limits(lab: str, memory_mb: int | None = None, timeout: float | None = None) -> None:
+    """Declare what lab `lab`'s notebook needs when graded as a learner submits it (LIGHT = False):
+    memory in MB (proportional set size of the kernel and every server it starts) and wall time."""
+    lab = str(lab).zfill(2)
+    declared = dict(DEFAULT_LIMITS)
+    if memory_mb is not None:
+        declared["memory_mb"] = int(memory_mb)
+    if timeout is not None:
+        declared["timeout"] = float(timeout)
+    _LIMITS[lab] = declared
 
-    def register(fn: Callable[..., float | None]) -> Callable[..., float | None]:
-        _HIDDEN[qid] = fn
-        return fn
 
-    return register
+def lab_limits(lab: str) -> dict:
+    """The grader's default limits for lab `lab`: {"memory_mb": ..., "timeout": ...}."""
+    _load_all()
+    return dict(_LIMITS.get(str(lab).zfill(2), DEFAULT_LIMITS))
 
 
 def scenario(lab: str):

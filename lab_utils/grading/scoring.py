@@ -1,9 +1,9 @@
 """Run one question's checks on a set of answers and say what it earned and why.
 
-`score` runs the public check (what `check()` shows in the notebook). `score_graded` is what the
-grader records: the public fraction times the hidden fraction, the hidden check running on cases
-drawn from the instructor's seed. Both refuse answers that are None or that are, or call, a
-reference implementation the question forbids.
+`score` runs the public check (what `check()` shows in the notebook), in the notebook's own process.
+It refuses answers that are None or that are, or call, a reference implementation the question
+forbids. What the grader records is computed by the instructor's judge (`grader.judge`), with the
+learner's code in a sandbox.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import traceback
 from dataclasses import asdict, dataclass
 
-from .registry import Question, lab_scenario, seeded_rng
+from .registry import Question
 
 NOT_ANSWERED = "not answered"
 WRONG = "not yet right"
@@ -232,24 +232,3 @@ def score(q: Question, namespace: dict) -> Result:
     if frac is None:
         return Result(q.id, q.points, 0.0, status, message)
     return _result(q, frac)
-
-
-def score_graded(q: Question, namespace: dict, seed: int) -> Result:
-    """What the grader records: public check, then the hidden check on cases from `seed`."""
-    public = score(q, namespace)
-    if public.earned == 0 or q.hidden is None:
-        return public
-    values, early, forbidden = _prepare(q, namespace)
-    lab = q.lab
-    try:
-        scen = lab_scenario(lab, seed)
-    except KeyError:
-        scen = {}
-    extra = {"rng": seeded_rng(seed, f"hidden/{q.id}"), "scenario": scen}
-    frac, status, message = _run(q, q.hidden, values, extra, forbidden)
-    if frac is None:
-        if status == WRONG:
-            message = f"passes the public check but not the grader's unseen cases: {message}"
-        return Result(q.id, q.points, 0.0, status, message)
-    public_frac = public.earned / q.points if q.points else 0.0
-    return _result(q, round(public_frac * frac, 6))

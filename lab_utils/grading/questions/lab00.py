@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 
-from lab_utils.grading.registry import hidden, question, scenario
+from lab_utils.grading.registry import question, scenario
 
 # Questions a learner's scenario asks the course model, and short conversations to count.
 _QUESTIONS = [
@@ -33,7 +33,6 @@ _WORDS = (
 ).split()
 # How far the decode prediction may be from the reference (the same measured bandwidth, the
 # model's float32 weight bytes): the learner may count the weights slightly differently.
-PREDICT_RTOL = 0.03
 
 
 def _sentence(rng, lo: int = 2, hi: int = 9) -> str:
@@ -76,11 +75,6 @@ def _templated_len(tok, messages) -> int:
 # --- 00.queries_per_kv_head ------------------------------------------------------------------
 
 
-def _group(cfg: dict) -> int:
-    heads = cfg["num_attention_heads"]
-    return heads // (cfg.get("num_key_value_heads") or heads)
-
-
 @question("00.queries_per_kv_head", points=1, answers=["queries_per_kv_head"])
 def _(queries_per_kv_head):
     """A function: query heads sharing one KV head, from a config dict."""
@@ -93,31 +87,6 @@ def _(queries_per_kv_head):
         "a config without num_key_value_heads is plain multi-head attention: "
         "every query head has its own key/value head"
     )
-
-
-@hidden("00.queries_per_kv_head")
-def _(queries_per_kv_head, rng, scenario):
-    from lab_utils.drills.shapes import MODELS
-
-    cases = [
-        {
-            "num_attention_heads": s.num_attention_heads,
-            "num_key_value_heads": s.num_kv_heads,
-            "hidden_size": s.hidden_size,
-        }
-        for s in MODELS.values()
-    ]
-    for _ in range(12):
-        kv = rng.choice([1, 2, 4, 8])
-        cfg = {
-            "num_attention_heads": kv * rng.choice([1, 2, 3, 4, 7, 8]),
-            "hidden_size": 64 * rng.randint(4, 64),
-        }
-        if rng.random() < 0.8:
-            cfg["num_key_value_heads"] = kv
-        cases.append(cfg)
-    wrong = sum(int(queries_per_kv_head(dict(c))) != _group(c) for c in cases)
-    assert not wrong, f"wrong on {wrong} of {len(cases)} unseen configs"
 
 
 # --- 00.count_chat_tokens --------------------------------------------------------------------
@@ -139,31 +108,7 @@ def _(count_chat_tokens, scenario_prompt_tokens):
     assert n == int(n) and n > 0, "scenario_prompt_tokens: a positive whole number of tokens"
 
 
-@hidden("00.count_chat_tokens")
-def _(count_chat_tokens, scenario_prompt_tokens, rng, scenario):
-    tok = _tokenizer()
-    cases = [_conversation(rng) for _ in range(8)]
-    wrong = sum(int(count_chat_tokens(tok, m)) != _templated_len(tok, m) for m in cases)
-    assert not wrong, f"count_chat_tokens is wrong on {wrong} of {len(cases)} unseen conversations"
-    assert int(float(scenario_prompt_tokens)) == _templated_len(tok, scenario["conversation"]), (
-        "scenario_prompt_tokens is not the count for this run's SCENARIO conversation"
-    )
-
-
 # --- 00.new_text -----------------------------------------------------------------------------
-
-
-def _reference_new_text(tok, prompt_ids, output_ids) -> str:
-    return tok.decode(list(output_ids)[len(prompt_ids) :], skip_special_tokens=True)
-
-
-def _ids_case(tok, rng):
-    special = [tok.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>")]
-    words = [rng.choice(_WORDS) for _ in range(rng.randint(2, 8))]
-    prompt = special[:1] + tok(" ".join(words))["input_ids"] + special[1:]
-    reply = tok(" " + _sentence(rng))["input_ids"]
-    out = prompt + reply + ([special[1]] if rng.random() < 0.7 else [])
-    return prompt, out
 
 
 @question("00.new_text", points=1, answers=["new_text"])
@@ -178,26 +123,7 @@ def _(new_text):
     assert text.strip() == "Hello there.", "decode the new tokens into plain text"
 
 
-@hidden("00.new_text")
-def _(new_text, rng, scenario):
-    tok = _tokenizer()
-    cases = [_ids_case(tok, rng) for _ in range(8)]
-    wrong = sum(
-        str(new_text(tok, list(p), list(o))).strip() != _reference_new_text(tok, p, o).strip()
-        for p, o in cases
-    )
-    assert not wrong, f"wrong on {wrong} of {len(cases)} unseen token sequences"
-
-
 # --- 00.decode_prediction (predict, then measure) --------------------------------------------
-
-
-@functools.lru_cache(maxsize=1)
-def _course_weight_bytes() -> int:
-    from lab_utils.memory import ModelSpec
-    from lab_utils.models import course_model_path
-
-    return ModelSpec.from_hf_config(course_model_path()).num_params * 4  # float32
 
 
 @question(
@@ -219,16 +145,3 @@ def _(predicted_tokens_per_s, bandwidth):
     bw = float(bandwidth.bytes_per_s)
     assert p < bw / 1e6, "a decode step reads every weight: hundreds of MB, not bytes, per token"
     assert p > bw / 1e10, "the course model's weights are well under a GB per copy"
-
-
-@hidden("00.decode_prediction")
-def _(predicted_tokens_per_s, bandwidth, rng, scenario):
-    from lab_utils.grading.provenance import verify
-    from lab_utils.hostperf import bandwidth_from_samples
-
-    assert verify(bandwidth), "the bandwidth object was not produced by this run's measurement"
-    want = bandwidth_from_samples(bandwidth.raw_samples()) / _course_weight_bytes()
-    got = float(predicted_tokens_per_s)
-    assert abs(got - want) <= PREDICT_RTOL * want, (
-        f"the prediction is more than {PREDICT_RTOL:.0%} away from the bound of the measured bandwidth"
-    )

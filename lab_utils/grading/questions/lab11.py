@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 import random
 
-from lab_utils.drills import TOPICS, calc, make_drills
-from lab_utils.grading.checks import close, partial
-from lab_utils.grading.registry import hidden, question, scenario
+from lab_utils.drills import calc, make_drills
+from lab_utils.grading.checks import close
+from lab_utils.grading.registry import question, scenario
 
 CALC = "lab_utils.drills.calc"
 
@@ -63,25 +63,6 @@ def _(gpus_needed):
     )
 
 
-@hidden("11.gpus_needed")
-def _(gpus_needed, rng, scenario):
-    ok, n = 0, 30
-    for _ in range(n):
-        heads_kv = rng.choice([(32, 8), (64, 8), (28, 4), (40, 8), (9, 3), (48, 16)])
-        args = (
-            round(rng.uniform(5, 900), 1),
-            round(rng.uniform(0, 200), 1),
-            rng.choice([24.0, 48.0, 80.0, 141.0]),
-            rng.choice([0.8, 0.9, 0.95]),
-            rng.choice([1.0, 2.0, 4.0]),
-            *heads_kv,
-        )
-        want = calc.gpus_needed(*args)
-        got = gpus_needed(*args)
-        ok += (got is None) if want is None else (got is not None and close(got, want))
-    return partial(ok, n, "sizing cases")
-
-
 # --- 2. Where decode turns compute-bound ----------------------------------------------------------
 
 
@@ -102,15 +83,6 @@ def _(critical_batch):
     )
 
 
-@hidden("11.critical_batch")
-def _(critical_batch, rng, scenario):
-    ok, n = 0, 20
-    for _ in range(n):
-        args = (rng.uniform(50, 2500), rng.uniform(200, 8000), rng.choice([0.5, 1.0, 2.0, 4.0]))
-        ok += close(critical_batch(*args), calc.critical_batch(*args))
-    return partial(ok, n, "GPUs")
-
-
 # --- 3. Continuous vs static batching --------------------------------------------------------------
 
 
@@ -127,16 +99,6 @@ def _(batching_gain):
     assert close(got, calc.batching_gain([50] * 7 + [500], 8)), (
         "static: each batch costs its longest request; continuous: slots never idle"
     )
-
-
-@hidden("11.batching_gain")
-def _(batching_gain, rng, scenario):
-    ok, n = 0, 20
-    for _ in range(n):
-        b = rng.randint(1, 16)
-        lens = [rng.randint(1, 2000) for _ in range(rng.randint(1, 60))]
-        ok += close(batching_gain(lens, b), calc.batching_gain(lens, b))
-    return partial(ok, n, "workloads")
 
 
 # --- 4. Speculative decoding -----------------------------------------------------------------------
@@ -162,17 +124,6 @@ def _(spec_expected_tokens, spec_speedup):
     )
 
 
-@hidden("11.speculative")
-def _(spec_expected_tokens, spec_speedup, rng, scenario):
-    ok, n = 0, 20
-    for _ in range(n):
-        a, k, c = round(rng.uniform(0.05, 0.95), 3), rng.randint(1, 10), round(rng.uniform(0.01, 0.5), 3)
-        ok += close(spec_expected_tokens(a, k), calc.spec_expected_tokens(a, k)) and close(
-            spec_speedup(a, k, c), calc.spec_speedup(a, k, c)
-        )
-    return partial(ok, n, "(alpha, k, cost) cases")
-
-
 # --- 5. Cost per million tokens --------------------------------------------------------------------
 
 
@@ -189,15 +140,6 @@ def _(cost_per_million_tokens):
         "twice the GPUs at the same throughput cost twice as much"
     )
     assert close(a, calc.cost_per_million_tokens(2.5, 1, 1000)), "an hour has 3600 seconds; a million is 1e6"
-
-
-@hidden("11.cost_per_million")
-def _(cost_per_million_tokens, rng, scenario):
-    ok, n = 0, 15
-    for _ in range(n):
-        args = (round(rng.uniform(0.3, 8), 2), rng.randint(1, 16), rng.uniform(50, 50_000))
-        ok += close(cost_per_million_tokens(*args), calc.cost_per_million_tokens(*args))
-    return partial(ok, n, "price and throughput cases")
 
 
 # --- 6. The seeded drill set -----------------------------------------------------------------------
@@ -235,26 +177,6 @@ def _(answer_drill, drill_answers):
     )
 
 
-@hidden("11.drill_answers")
-def _(answer_drill, drill_answers, rng, scenario):
-    mine = make_drills(scenario["drill_seed"], n=scenario["n_drills"])
-    values = list(drill_answers)
-    right = sum(1 for d, v in zip(mine, values) if d.is_correct(v)) if len(values) == len(mine) else 0
-    fresh = make_drills(rng.randrange(10**9), n=3 * len(TOPICS))
-    solved = 0
-    for d in fresh:
-        try:
-            solved += d.is_correct(answer_drill(d.kind, dict(d.inputs)))
-        except Exception:
-            pass
-    if right == 0 or solved == 0:
-        raise AssertionError(
-            f"drills right: {right} of {len(mine)} in the set, {solved} of {len(fresh)} unseen"
-        )
-    frac = (right / len(mine)) * (solved / len(fresh))
-    return None if frac == 1 else frac
-
-
 # --- 7. Predict, then measure ----------------------------------------------------------------------
 
 
@@ -264,14 +186,6 @@ def _(predicted_gain):
     g = float(predicted_gain)
     assert math.isfinite(g) and g >= 1, (
         "continuous batching never does worse than static in this model: a factor >= 1"
-    )
-
-
-@hidden("11.predict_batching")
-def _(predicted_gain, rng, scenario):
-    b = scenario["batching"]
-    assert close(predicted_gain, calc.batching_gain(b["output_lens"], b["batch_size"]), 0.01), (
-        "the prediction does not follow from the scenario's workload"
     )
 
 
@@ -286,22 +200,6 @@ def _(batching_measurement):
     assert float(batching_measurement.gain) > 1, "continuous batching should finish this workload sooner"
 
 
-@hidden("11.measured_batching")
-def _(batching_measurement, rng, scenario):
-    from lab_utils.grading.provenance import verify
-
-    assert verify(batching_measurement), "the measurement does not come from this run's measuring code"
-    raw = batching_measurement.raw_samples()
-    b = scenario["batching"]
-    assert [int(x) for x in raw["output_lens"]] == list(b["output_lens"]) and int(raw["batch_size"]) == b[
-        "batch_size"
-    ], "measure the scenario's workload and batch size"
-    static, cont = raw["static_finish_s"], raw["continuous_finish_s"]
-    assert len(static) == len(cont) == len(b["output_lens"]) and max(static) > max(cont) > 0, (
-        "the finish times do not describe the two runs"
-    )
-
-
 # --- 8. A design number from the scenario ----------------------------------------------------------
 
 
@@ -310,10 +208,3 @@ def _(chat_replicas):
     """Replicas for SCENARIO['chat'] at the stated headroom (a whole number)."""
     n = float(chat_replicas)
     assert n >= 1 and n == int(n), "a whole number of replicas, at least one"
-
-
-@hidden("11.chat_replicas")
-def _(chat_replicas, rng, scenario):
-    c = scenario["chat"]
-    want = calc.replicas_needed(c["rate"], c["output_tokens"], c["tokens_per_s_per_replica"], c["headroom"])
-    assert close(chat_replicas, want), "the replica count does not follow from the scenario's chat prompt"

@@ -1,4 +1,4 @@
-"""`python -m lab_utils.grading grade SUBMISSIONS --out OUT ...`: grade a class."""
+"""`python -m grader grade SUBMISSIONS --out OUT ...`: grade a class."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lab_utils.grading", description="Grade submitted LLM Serving Lab notebooks."
+        prog="python -m grader", description="Grade submitted LLM Serving Lab notebooks."
     )
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("grade", help="grade a folder of submissions (one folder per student)")
@@ -40,13 +40,30 @@ def main(argv: list[str] | None = None) -> int:
         metavar="ADDRESS",
         help="run the tasks on an existing Ray cluster, e.g. ray://head:10001 or auto",
     )
-    g.add_argument("--timeout", type=float, default=900, help="seconds allowed per notebook (default 900)")
+    g.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds allowed per notebook (default: what the lab declares, 900 for most)",
+    )
     g.add_argument(
         "--memory-mb",
         type=int,
-        default=8192,
-        help="resident-memory limit per notebook run (kernel and the servers it starts) "
-        "in MB; 0 for none (default 8192)",
+        default=None,
+        help="memory limit per notebook run (kernel and the servers it starts, proportional set "
+        "size) in MB; 0 for none (default: what the lab declares, 8192 for most)",
+    )
+    g.add_argument(
+        "--disk-mb",
+        type=int,
+        default=512,
+        help="bytes a notebook may write outside its private /tmp, in MB (default 512)",
+    )
+    g.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run learner code without bubblewrap (only where it cannot run: a hostile notebook "
+        "could then read your files and forge its grade; every row says 'unsandboxed')",
     )
     g.add_argument("--force", action="store_true", help="regrade unchanged submissions too")
     g.add_argument(
@@ -98,9 +115,14 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             ray=args.ray,
             ray_address=args.ray_address,
+            sandboxed=not args.no_sandbox,
+            disk_mb=args.disk_mb,
             progress=lambda line: print(line, flush=True),
         )
-    except (ValueError, RuntimeError) as exc:  # bad arguments, or Ray did not start
+    except KeyboardInterrupt:
+        print("interrupted: every grade that finished is saved; run the same command to go on", file=sys.stderr)
+        return 130
+    except (ValueError, RuntimeError) as exc:  # bad arguments, no sandbox, or Ray did not start
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

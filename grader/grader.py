@@ -1,6 +1,6 @@
 """Grade a class: every submitted notebook runs in its own limited process; a gradebook comes out.
 
-    python -m lab_utils.grading grade SUBMISSIONS --out OUT [--hidden-tests DIR] [--workers N]
+    python -m grader grade SUBMISSIONS --out OUT [--hidden-tests DIR] [--workers N]
                                       [--timeout SECONDS] [--memory-mb MB] [--force] [--ray]
 
 SUBMISSIONS holds one folder per student with that student's notebooks (`02_kv_cache.ipynb`: the
@@ -37,6 +37,7 @@ Inputs that cannot be graded each get a row with a clear status and no run:
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import json
 import os
@@ -47,6 +48,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from lab_utils.grading.registry import lab_limits, lab_scenario
 
 from .gradebook import (
     Job,
@@ -59,8 +62,18 @@ from .gradebook import (
     write_gradebook,
     write_histogram,
 )
+from .judge import Context, judge_lab
 from .registry import all_questions, questions_for
-from .sandbox import Status, run_limited
+from .sandbox import INSIDE_IN, INSIDE_OUT, INSIDE_WORK, Sandbox, Status, run_limited, sandbox_problem
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap cannot run here and --no-sandbox was not given."""
+
+
+def _gpu_visible() -> bool:
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
 
 GRADER_VERSION = "3"
 LAB_RE = re.compile(r"^(\d\d)[_\-\w .]*\.ipynb$")
@@ -109,8 +122,13 @@ def discover(submissions: Path) -> tuple[list[Job], list[str]]:
         raise ValueError(f"SUBMISSIONS {submissions} is not a folder; it should hold one folder per student")
     jobs: list[Job] = []
     warnings: list[str] = []
-    folders = sorted(p for p in submissions.iterdir() if p.is_dir())
+    folders = sorted(p for p in submissions.iterdir() if p.is_dir() and not p.is_symlink())
     for p in sorted(submissions.iterdir()):
+        if p.is_symlink():  # a link to / or to another student's folder: a row that says so, no run
+            jobs.append(
+                Job(p.name, "--", p, Status.REFUSED.text("the student folder is a symbolic link; hand in a real folder"))
+            )
+            continue
         if not p.is_dir():
             warnings.append(
                 f"{p.name}: not a student folder (put each student's files in a folder "
@@ -161,6 +179,8 @@ def discover(submissions: Path) -> tuple[list[Job], list[str]]:
                 problem = Status.DUPLICATE.text(
                     f"{len(files)} notebooks for lab {lab} ({', '.join(f.name for f in files)}); keep one"
                 )
+            elif nb.is_symlink():
+                problem = Status.REFUSED.text(f"{nb.name} is a symbolic link; hand in the notebook itself")
             elif why := _readable(nb):
                 problem = Status.UNREADABLE.text(why)
             else:
@@ -223,16 +243,24 @@ def content_problem(nb, lab: str) -> str:
 # --- one notebook ------------------------------------------------------------------------------
 
 
-def _snapshot_lab_utils(dest: Path) -> Path:
-    src = Path(__file__).resolve().parent.parent
-    shutil.copytree(src, dest / "lab_utils", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    return dest
-
-
 def instructor_dir() -> Path:
     """The instructor's private folder (`LAB_INSTRUCTOR_DIR`, default ~/.config/llm-serving-lab/instructor)."""
     override = os.environ.get("LAB_INSTRUCTOR_DIR")
     return Path(override) if override else Path.home() / ".config" / "llm-serving-lab" / "instructor"
+
+
+def _private_file(name: str, make, progress=print) -> str:
+    path = instructor_dir() / name
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        value = make()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(path.parent, 0o700)
+        atomic_write(path, f"{value}\n")
+        os.chmod(path, 0o600)
+        progress(f"created {path}; keep that file private and keep it for regrades")
+        return str(value)
 
 
 def instructor_seed(progress=print) -> int:
@@ -240,20 +268,21 @@ def instructor_seed(progress=print) -> int:
 
     Created at random on first use. Keep it: regrading with the same seed gives the same grades.
     """
-    path = instructor_dir() / "seed"
-    try:
-        return int(path.read_text().strip())
-    except FileNotFoundError:
-        import secrets
+    import secrets
 
-        seed = secrets.randbelow(2**31 - 1) + 1
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, f"{seed}\n")
-        os.chmod(path, 0o600)
-        progress(f"created a grading seed in {path}; keep that file private and keep it for regrades")
-        return seed
+    text = _private_file("seed", lambda: secrets.randbelow(2**31 - 1) + 1, progress)
+    try:
+        return int(text)
     except ValueError:
+        path = instructor_dir() / "seed"
         raise ValueError(f"{path} should hold one integer (the grading seed); fix or delete it") from None
+
+
+def signing_key(progress=print) -> bytes:
+    """The key saved grades are signed with (instructor folder, created on first use)."""
+    import secrets
+
+    return _private_file("signing.key", lambda: secrets.token_hex(32), progress).encode()
 
 
 def job_seed(seed: int, student: str, lab: str) -> int:
@@ -262,28 +291,89 @@ def job_seed(seed: int, student: str, lab: str) -> int:
     return int.from_bytes(digest[:4], "big") % (2**31 - 1) + 1
 
 
+MAX_FILE_BYTES = 50 * 2**20  # one file in a student's folder
+MAX_FOLDER_BYTES = 200 * 2**20  # the whole folder
+MAX_DEPTH = 8
+MAX_FILES = 2000
+
+
+def copy_submission(src: Path, dest: Path, keep: str) -> str:
+    """Copy a student's folder (without their other labs' notebooks) into `dest`; "" or why not.
+
+    Symlinks, devices, sockets and pipes are refused, as are files over MAX_FILE_BYTES, folders over
+    MAX_FOLDER_BYTES, MAX_FILES files or MAX_DEPTH levels: the student gets a row with the reason.
+    """
+    total = count = 0
+    dest.mkdir(parents=True, exist_ok=True)
+    stack = [(src, dest, 0)]
+    while stack:
+        here, there, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"folders nested deeper than {MAX_DEPTH} levels ({here.relative_to(src)})"
+        for entry in sorted(os.scandir(here), key=lambda e: e.name):
+            rel = Path(entry.path).relative_to(src)
+            if entry.is_symlink():
+                return f"{rel} is a symbolic link; hand in real files"
+            if entry.is_dir(follow_symlinks=False):
+                (there / entry.name).mkdir()
+                stack.append((Path(entry.path), there / entry.name, depth + 1))
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                return f"{rel} is not a regular file (a device, socket or pipe)"
+            if depth == 0 and entry.name.endswith(".ipynb") and entry.name != keep:
+                continue
+            size = entry.stat(follow_symlinks=False).st_size
+            total += size
+            count += 1
+            if size > MAX_FILE_BYTES:
+                return f"{rel} is larger than {MAX_FILE_BYTES >> 20} MB"
+            if total > MAX_FOLDER_BYTES:
+                return f"the folder holds more than {MAX_FOLDER_BYTES >> 20} MB"
+            if count > MAX_FILES:
+                return f"the folder holds more than {MAX_FILES} files"
+            shutil.copyfile(entry.path, there / entry.name, follow_symlinks=False)
+    return ""
+
+
+def _venv_bin() -> str:
+    return str(Path(sys.executable).parent)
+
+
 class Grader:
-    """Grades jobs one at a time (thread-safe; the CLI runs several in parallel)."""
+    """Grades jobs one at a time (thread-safe; the CLI runs several in parallel).
+
+    Every run of learner code happens in a sandbox (sandbox.py) unless `sandboxed=False`
+    (`--no-sandbox`), and every row graded without one says `unsandboxed`.
+    """
 
     def __init__(
         self,
         out: Path,
         hidden_tests: Path | None = None,
-        timeout: float = 900,
-        memory_mb: int = 8192,
-        check_timeout: float = 300,
+        timeout: float | None = None,
+        memory_mb: int | None = None,
+        check_timeout: float = 120,
         python: str | None = None,
         kernel: str = "python3",
         parameters: dict | None = None,
         seed: int | None = None,
         keep_answers: bool = False,
+        sandboxed: bool = True,
+        disk_mb: int = 512,
+        tmp_mb: int = 4096,
+        protect: list[Path] | None = None,
     ):
-        if timeout <= 0:
+        if timeout is not None and timeout <= 0:
             raise ValueError(f"--timeout must be positive seconds, got {timeout}")
-        if memory_mb < 0:
+        if memory_mb is not None and memory_mb < 0:
             raise ValueError(f"--memory-mb must be 0 (no limit) or a positive number, got {memory_mb}")
         if hidden_tests is not None and not hidden_tests.is_dir():
             raise ValueError(f"--hidden-tests {hidden_tests} is not a folder")
+        if sandboxed and (why := sandbox_problem()):
+            raise SandboxUnavailable(
+                f"cannot sandbox learner code: {why}. Install it, or pass --no-sandbox to grade without "
+                "a sandbox (every row then says 'unsandboxed'; a hostile notebook could read your files)"
+            )
         self.out = out
         self.hidden = hidden_tests
         self.timeout = timeout
@@ -298,9 +388,12 @@ class Grader:
             )
         self.seed = int(seed) if seed is not None else instructor_seed()
         self.keep_answers = keep_answers  # copy each run's saved answers to OUT/answers (tests reuse them)
+        self.sandboxed = sandboxed
+        self.disk_mb = disk_mb
+        self.tmp_mb = tmp_mb
+        self.protect = [Path(p) for p in (protect or [])]  # more folders no sandbox may see
         self.scratch = Path(tempfile.mkdtemp(prefix="lab-grader-"))
-        # checks run from a private copy no notebook can reach; each notebook gets its own copy
-        self.snapshot = _snapshot_lab_utils(self.scratch / "checker")
+        os.chmod(self.scratch, 0o700)
 
     def config(self) -> dict:
         """What another process needs to build an equal Grader (a Ray task on any node)."""
@@ -312,23 +405,37 @@ class Grader:
             "kernel": self.kernel,
             "parameters": dict(self.parameters),
             "seed": self.seed,
+            "sandboxed": self.sandboxed,
+            "disk_mb": self.disk_mb,
+            "tmp_mb": self.tmp_mb,
         }
 
     def close(self) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
+    def memory_for(self, lab: str) -> int:
+        """The memory limit of one notebook: --memory-mb when given, else what the lab declares."""
+        return self.memory_mb if self.memory_mb is not None else lab_limits(lab)["memory_mb"]
+
+    def timeout_for(self, lab: str) -> float:
+        """The wall-time limit of one notebook: --timeout when given, else what the lab declares."""
+        return float(self.timeout) if self.timeout is not None else float(lab_limits(lab)["timeout"])
+
     def _fingerprint(self, lab: str) -> str:
-        """What a cached grade depends on besides the notebook: the grader, the lab's questions,
-        its hidden tests and the parameters. (Other library changes: regrade with --force.)"""
+        """What a saved grade depends on besides the notebook: the grader, the lab's questions and
+        hidden checks, its hidden tests, the parameters, the seed and the limits."""
         h = hashlib.sha256(GRADER_VERSION.encode())
-        grading = self.snapshot / "lab_utils" / "grading"
-        files = sorted(grading.glob("*.py")) + [grading / "questions" / f"lab{lab}.py"]
+        here = Path(__file__).resolve().parent
+        grading = Path(__import__("lab_utils.grading").grading.__file__).resolve().parent
+        files = sorted(here.glob("*.py")) + sorted(grading.glob("*.py"))
+        files += [grading / "questions" / f"lab{lab}.py", here / "hidden" / f"lab{lab}.py"]
         files += self._hidden_files(lab)
         for p in files:
             if p.exists():
                 h.update(p.name.encode())
                 h.update(p.read_bytes())
-        h.update(json.dumps(self.parameters, sort_keys=True).encode())
+        limits = [self.timeout_for(lab), self.memory_for(lab), self.check_timeout, self.disk_mb, self.tmp_mb]
+        h.update(json.dumps([self.parameters, limits, self.sandboxed], sort_keys=True, default=str).encode())
         h.update(str(self.seed).encode())
         return h.hexdigest()
 
@@ -344,20 +451,63 @@ class Grader:
             return ""
         return h.hexdigest()
 
-    def _env(self, snapshot: Path | None = None, work: Path | None = None, key: str = "") -> dict:
-        env = dict(os.environ)
-        if key:  # measured answers are stamped with this run's key (provenance.py)
+    # --- the sandbox ---
+
+    def _hidden_paths(self) -> list[str]:
+        """Host folders no sandbox may see: the instructor's, the output, the grader's own code, the
+        hidden tests, the submissions and any the caller named."""
+        paths = [instructor_dir(), self.out, self.scratch, Path(__file__).resolve().parent, *self.protect]
+        if self.hidden:
+            paths.append(self.hidden)
+        seen, out = set(), []
+        for p in paths:
+            try:
+                r = str(Path(p).resolve())
+            except OSError:
+                continue
+            if r not in seen and r != "/":
+                seen.add(r)
+                out.append(r)
+        return out
+
+    def _sandbox(self, job_in: Path | None, job_out: Path | None) -> Sandbox | None:
+        if not self.sandboxed:
+            return None
+        box = Sandbox(hide=self._hidden_paths(), tmp_mb=self.tmp_mb, gpu=_gpu_visible())
+        if job_in is not None:
+            box.read_only[str(job_in)] = INSIDE_IN
+        if job_out is not None:
+            box.writable[str(job_out)] = INSIDE_OUT
+        return box
+
+    def _env(self, home: str, results: str, key: str = "") -> dict:
+        """The minimal environment of learner code: no instructor variables, keys or arguments."""
+        env = {
+            "PATH": os.pathsep.join([_venv_bin(), "/usr/local/bin", "/usr/bin", "/bin"]),
+            "HOME": home,
+            "TMPDIR": "/tmp" if self.sandboxed else tempfile.gettempdir(),
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "MPLBACKEND": "Agg",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONNOUSERSITE": "1",
+            "LAB_RESULTS_FILE": results,  # never the instructor's own results file
+            "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+            # the course library finds the repository's .venv-triton and data folders
+            "LAB_REPO_ROOT": str(Path(__file__).resolve().parent.parent),
+        }
+        from lab_utils.models import cache_dir
+
+        env["COURSE_CACHE"] = str(cache_dir())  # the prepared course model, read-only inside
+        for name in ("COURSE_MODEL", "CUDA_VISIBLE_DEVICES", "LAB_ENGINE_FAST", "OMP_NUM_THREADS"):
+            if name in os.environ:
+                env[name] = os.environ[name]
+        if key:  # measured answers are stamped with this run's own key (provenance.py)
             env["LAB_PROVENANCE_KEY"] = key
-        if work is not None:  # a graded run must not write into the instructor's own results file
-            env["LAB_RESULTS_FILE"] = str(work / "results.json")
-        first = str(snapshot or self.snapshot)
-        env["PYTHONPATH"] = os.pathsep.join([first] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-        # the private lab_utils copy still finds the repository's .venv-triton and data folders
-        env.setdefault("LAB_REPO_ROOT", str(Path(__file__).resolve().parent.parent.parent))
-        env["MPLBACKEND"] = "Agg"
-        env.pop("JPY_PARENT_PID", None)
         return env
+
+    def _inside(self, host: Path, inside: str) -> str:
+        return inside if self.sandboxed else str(host)
 
     def grade(self, job: Job) -> tuple[Outcome, str]:
         """Grade one notebook; returns the outcome and the feedback text."""
@@ -378,15 +528,15 @@ class Grader:
                 return outcome, _feedback(job, outcome, [], [], problem)
             if not qs:
                 outcome.status = Status.NO_QUESTIONS.text(f"lab {job.lab} has none")
-            run_dir = work / "run"
-            shutil.copytree(
-                job.notebook.parent,
-                run_dir,
-                ignore=lambda d, names: [n for n in names if n.endswith(".ipynb") and n != job.notebook.name],
-            )
-            answers_dir = work / "answers"
+            job_in, job_out = work / "in", work / "out"
+            job_out.mkdir(parents=True)
+            if why := copy_submission(job.notebook.parent, job_in / "files", job.notebook.name):
+                outcome.status = Status.REFUSED.text(why)
+                return outcome, _feedback(job, outcome, [], [], outcome.status)
+            (job_in / "files" / job.notebook.name).unlink(missing_ok=True)  # the instrumented copy runs
+            answers_dir = job_out / "answers"
             answers_dir.mkdir()
-            from .probe import instrument
+            from lab_utils.grading.probe import instrument
 
             names = sorted({n for q in qs for n in q.answers} | self._hidden_names(job.lab))
             seed = job_seed(self.seed, job.student, job.lab)
@@ -394,38 +544,50 @@ class Grader:
 
             key = secrets.token_hex(16)
             _apply_parameters(nb, {**self.parameters, "SEED": seed})
-            instrument(nb, names, str(answers_dir))
+            instrument(nb, names, self._inside(answers_dir, f"{INSIDE_OUT}/answers"))
             import nbformat
 
-            src = work / "submitted.ipynb"
-            executed = work / "executed.ipynb"
-            nbformat.write(nb, str(src))
-            status_file = work / "status.json"
+            nbformat.write(nb, str(job_in / "submitted.ipynb"))
+            home = self._inside(work / "home", f"{INSIDE_WORK}/home")
+            run = self._inside(work / "run", f"{INSIDE_WORK}/run")
+            if not self.sandboxed:
+                (work / "home").mkdir()
+            timeout, memory_mb = self.timeout_for(job.lab), self.memory_for(job.lab)
             code, killed = run_limited(
                 [
                     self.python,
                     "-m",
                     "lab_utils.grading.execute",
-                    str(src),
-                    str(executed),
+                    self._inside(job_in / "submitted.ipynb", f"{INSIDE_IN}/submitted.ipynb"),
+                    self._inside(job_out / "executed.ipynb", f"{INSIDE_OUT}/executed.ipynb"),
                     "--cwd",
-                    str(run_dir),
+                    run,
+                    "--copy-from",
+                    self._inside(job_in / "files", f"{INSIDE_IN}/files"),
                     "--cell-timeout",
-                    str(self.timeout),
+                    str(timeout),
                     "--status",
-                    str(status_file),
+                    self._inside(job_out / "status.json", f"{INSIDE_OUT}/status.json"),
                     "--kernel",
                     self.kernel,
                 ],
-                timeout=self.timeout,
-                memory_mb=self.memory_mb,
-                env=self._env(_snapshot_lab_utils(work / "kernel-lib"), work, key),
+                timeout=timeout,
+                memory_mb=memory_mb,
+                env=self._env(home, self._inside(work / "results.json", f"{INSIDE_WORK}/results.json"), key),
                 cwd=work,
                 log=work / "execute.log",
+                sandbox=self._sandbox(job_in, job_out),
+                watch_dir=job_out,
+                disk_mb=self.disk_mb,
             )
             if qs:
-                outcome.status = _run_status(code, killed, status_file, self.timeout, self.memory_mb)
-            results = self._check(job.lab, answers_dir, work, seed, key)
+                outcome.status = _run_status(
+                    code, killed, job_out / "status.json", timeout, memory_mb, self.disk_mb
+                )
+            # the learner's code has finished running; from here it is only called, one question at a time
+            results = [
+                r.to_dict() for r in judge_lab(job.lab, self._context(job, work, answers_dir, seed, key))
+            ]
             hidden = self._hidden(job.lab, answers_dir, work, key)
             for r in results:
                 outcome.scores[r["id"]] = float(r["earned"])
@@ -433,55 +595,48 @@ class Grader:
                 qid = f"{job.lab}.hidden.{h['name']}"
                 outcome.possible[qid] = h["points"]
                 outcome.scores[qid] = h["points"] if h["outcome"] == "passed" else 0.0
-            self._keep_executed(job, executed)
+            if not self.sandboxed:
+                outcome.status = f"{outcome.status} (unsandboxed)"
+            self._keep_executed(job, job_out / "executed.ipynb")
             if self.keep_answers:
                 dest = self.out / "answers" / _safe(job.student) / job.lab
                 shutil.rmtree(dest, ignore_errors=True)
-                shutil.copytree(answers_dir, dest)
+                shutil.copytree(answers_dir, dest, symlinks=True)
                 (dest / "_seed").write_text(str(seed))
             return outcome, _feedback(job, outcome, results, hidden, "")
         finally:
             outcome.seconds = round(time.monotonic() - t0, 1)
             shutil.rmtree(work, ignore_errors=True)
 
-    def _check(self, lab: str, answers_dir: Path, work: Path, seed: int, key: str) -> list[dict]:
-        out = work / "scores.json"
-        code, killed = run_limited(
-            [
-                self.python,
-                "-m",
-                "lab_utils.grading.checkrun",
-                "--lab",
-                lab,
-                "--answers",
-                str(answers_dir),
-                "--out",
-                str(out),
-                "--seed",
-                str(seed),
-            ],
-            timeout=self.check_timeout,
-            memory_mb=self.memory_mb,
-            env=self._env(work=work, key=key),
-            cwd=work,
-            log=work / "check.log",
-        )
+    def _context(self, job: Job, work: Path, answers_dir: Path, seed: int, key: str) -> Context:
         try:
-            return json.loads(out.read_text())
-        except (OSError, ValueError):
-            reason = {Status.TIMEOUT: "timed out", Status.MEMORY_LIMIT: "ran out of memory"}.get(
-                killed, f"exited with {code}"
-            )
-            return [
-                {
-                    "id": q.id,
-                    "points": q.points,
-                    "earned": 0.0,
-                    "status": "error",
-                    "message": f"the checking process {reason}",
-                }
-                for q in questions_for(lab)
-            ]
+            scen = lab_scenario(job.lab, seed)
+        except KeyError:
+            scen = {}
+        runner_home = self._inside(work / "home", f"{INSIDE_WORK}/home")
+        return Context(
+            answers_dir=answers_dir,
+            work=work,
+            student=job.student,
+            key=self.seed,
+            scenario=scen,
+            sandbox=lambda: self._sandbox(None, None),
+            python=self.python,
+            env=self._env(
+                runner_home, self._inside(work / "results.json", f"{INSIDE_WORK}/results.json"), key
+            ),
+            per_question=self.check_timeout,
+        )
+
+    def judge_saved(self, lab: str, answers_dir: Path, student: str = "ci", seed: int | None = None) -> list:
+        """Judge answers saved by an earlier run (tests: the memorised submission), as `grade` does."""
+        work = Path(tempfile.mkdtemp(prefix="judge-", dir=self.scratch))
+        try:
+            (work / "home").mkdir()
+            s = job_seed(self.seed, student, lab) if seed is None else seed
+            return judge_lab(lab, self._context(Job(student, lab, answers_dir), work, answers_dir, s, ""))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
     def _hidden_files(self, lab: str) -> list[Path]:
         if not self.hidden:
@@ -500,6 +655,8 @@ class Grader:
         return names
 
     def _hidden(self, lab: str, answers_dir: Path, work: Path, key: str = "") -> list[dict]:
+        """The instructor's pytest hidden tests, run here (outside the sandbox) against the answers,
+        which stay in a sandboxed runner (grader.hidden_tests)."""
         files = self._hidden_files(lab)
         if not files:
             return []
@@ -508,6 +665,20 @@ class Grader:
         for f in files:
             shutil.copy(f, tests / f.name)
         report = work / "hidden.json"
+        box = self._sandbox(None, None)
+        config = {
+            "answers": str(answers_dir),
+            "python": self.python,
+            "env": self._env(self._inside(work / "home", f"{INSIDE_WORK}/home"), "/dev/null", key),
+            "sandbox": None if box is None else dataclasses.asdict(box),
+            "log": str(work / "hidden-runner.log"),
+            "timeout": self.check_timeout,
+        }
+        (work / "runner.json").write_text(json.dumps(config))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")]
+        )
         run_limited(
             [
                 self.python,
@@ -517,9 +688,9 @@ class Grader:
                 "-p",
                 "no:cacheprovider",
                 "-p",
-                "lab_utils.grading.hidden",
-                "--answers",
-                str(answers_dir),
+                "grader.hidden_tests",
+                "--runner-config",
+                str(work / "runner.json"),
                 "--hidden-report",
                 str(report),
                 "--rootdir",
@@ -528,9 +699,9 @@ class Grader:
                 "addopts=",
                 str(tests),
             ],
-            timeout=self.check_timeout,
-            memory_mb=self.memory_mb,
-            env=self._env(work=work, key=key),
+            timeout=self.check_timeout * max(1, len(files)),
+            memory_mb=0,
+            env=env,
             cwd=tests,
             log=work / "hidden.log",
         )
@@ -549,7 +720,7 @@ class Grader:
     def _keep_executed(self, job: Job, executed: Path) -> None:
         import nbformat
 
-        if not executed.exists():
+        if not executed.is_file() or executed.is_symlink():
             return
         try:
             nb = nbformat.read(str(executed), as_version=4)
@@ -597,7 +768,13 @@ def _apply_parameters(nb, parameters: dict) -> None:
     nb.cells.insert(idx + 1, cell)
 
 
-def _run_status(code, killed: Status | None, status_file: Path, timeout: float, memory_mb: int) -> str:
+def _run_status(
+    code, killed: Status | None, status_file: Path, timeout: float, memory_mb: int, disk_mb: int = 0
+) -> str:
+    if killed is Status.DISK_LIMIT:
+        return Status.DISK_LIMIT.text(
+            f"wrote more than {disk_mb} MB of output and was stopped; answers saved before then were graded"
+        )
     if killed is Status.TIMEOUT:
         return Status.TIMEOUT.text(f"stopped after {timeout:.0f} s; answers saved before then were graded")
     if killed is Status.MEMORY_LIMIT:
@@ -605,8 +782,12 @@ def _run_status(code, killed: Status | None, status_file: Path, timeout: float, 
             f"used more than {memory_mb} MB and was stopped; answers saved before then were graded"
         )
     try:
-        info = json.loads(status_file.read_text())
-    except (OSError, ValueError):
+        info = json.loads(status_file.read_text()[:10_000])  # written inside the sandbox: only text
+        info = {
+            "outcome": str(info.get("outcome", "failed")),
+            "detail": " ".join(str(info.get("detail", "")).split()),
+        }
+    except (OSError, ValueError, AttributeError):
         info = {"outcome": "failed", "detail": ""}
     outcome = info.get("outcome", "failed")
     if code is not None and code < 0:
@@ -683,14 +864,16 @@ def grade_class(
     out: Path,
     hidden_tests: Path | None = None,
     workers: int = 1,
-    timeout: float = 900,
-    memory_mb: int = 8192,
+    timeout: float | None = None,
+    memory_mb: int | None = None,
     force: bool = False,
     parameters: dict | None = None,
     progress=print,
     seed: int | None = None,
     ray: bool = False,
     ray_address: str | None = None,
+    sandboxed: bool = True,
+    disk_mb: int = 512,
 ) -> list[Outcome]:
     """Grade every notebook under `submissions` into `out`; returns the outcomes.
 
@@ -706,7 +889,20 @@ def grade_class(
     cache = out / ".cache"
     if seed is None:
         seed = instructor_seed(progress)
-    grader = Grader(out, hidden_tests, timeout=timeout, memory_mb=memory_mb, parameters=parameters, seed=seed)
+    secret = signing_key(progress)
+    grader = Grader(
+        out,
+        hidden_tests,
+        timeout=timeout,
+        memory_mb=memory_mb,
+        parameters=parameters,
+        seed=seed,
+        sandboxed=sandboxed,
+        disk_mb=disk_mb,
+        protect=[submissions],
+    )
+    if not sandboxed:
+        progress("warning: grading WITHOUT a sandbox (--no-sandbox); every row says 'unsandboxed'")
     outcomes: list[Outcome] = []
     lock = threading.Lock()
     try:
@@ -719,7 +915,7 @@ def grade_class(
                 atomic_write(out / "feedback" / _safe(job.student) / f"{job.lab}.md", feedback)
                 progress(f"not graded: {job.student}/{job.notebook.name}: {outcome.status}")
                 continue
-            cached = None if force else load_result(cache, job, grader.job_key(job))
+            cached = None if force else load_result(cache, job, grader.job_key(job), secret)
             if cached is not None:
                 outcomes.append(cached)
                 kept += 1
@@ -734,7 +930,12 @@ def grade_class(
             if ray
             else f"{workers} worker(s)"
         )
-        progress(f"grading {len(todo)} notebook(s) on {where}, {timeout:.0f} s and {memory_mb} MB each")
+        limits = (
+            f"{timeout:.0f} s" if timeout is not None else "the lab's time",
+            f"{memory_mb} MB" if memory_mb is not None else "the lab's memory",
+        )
+        box = "in a sandbox" if sandboxed else "UNSANDBOXED"
+        progress(f"grading {len(todo)} notebook(s) on {where}, {box}, {limits[0]} and {limits[1]} each")
         write_gradebook(out, outcomes)
         bar = _runner.Progress(len(todo), progress)
 
@@ -750,7 +951,7 @@ def grade_class(
                     atomic_write(out / "executed" / _safe(job.student) / job.notebook.name, executed)
                 atomic_write(out / "feedback" / _safe(job.student) / f"{job.lab}.md", feedback)
                 if outcome.kind is not Status.GRADER_ERROR:  # a grader error is graded again next run
-                    save_result(cache, outcome)
+                    save_result(cache, outcome, secret)
                 outcomes.append(outcome)
                 write_gradebook(out, outcomes)
                 bar.update(outcome)

@@ -137,16 +137,17 @@ def run_ray(
             "--ray needs Ray: pip install -r requirements/course-cpu.txt (plain `ray`)"
         ) from None
 
-    package = Path(__file__).resolve().parent.parent  # lab_utils
+    repo = Path(__file__).resolve().parent.parent
+    packages = [repo / "lab_utils", repo / "grader"]  # the course library and the judge
     started = False
     if not ray.is_initialized():
         if address:
             # an existing cluster gets this checkout's lab_utils with every task
-            kwargs = {"address": address, "runtime_env": {"py_modules": [str(package)]}}
+            kwargs = {"address": address, "runtime_env": {"py_modules": [str(p) for p in packages]}}
         else:
             for name, value in RAY_PATIENCE.items():
                 os.environ.setdefault(name, value)
-            path = os.pathsep.join(filter(None, [str(package.parent), os.environ.get("PYTHONPATH")]))
+            path = os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
             kwargs = {
                 "num_cpus": num_cpus,
                 "include_dashboard": False,

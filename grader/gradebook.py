@@ -2,7 +2,8 @@
 
 Each finished (student, lab) is saved at once as OUT/.cache/<student>/<lab>.json, written atomically
 (a temporary file renamed over the old one) together with the key of what was graded (the
-notebook's bytes, the grader, the lab's questions, the seed). gradebook.csv is then rebuilt
+notebook's bytes, the grader, the lab's questions, the seed, the limits) and signed with a key kept
+in the instructor's folder, so an entry edited by hand is not trusted. gradebook.csv is then rebuilt
 atomically from all outcomes. A grader killed part-way therefore loses at most the notebooks in
 flight; the same command run again finds every saved result whose key still matches and grades
 only the rest, and its gradebook equals an uninterrupted run's (the CSV holds no timings).
@@ -11,6 +12,8 @@ only the rest, and its gradebook equals an uninterrupted run's (the CSV holds no
 from __future__ import annotations
 
 import csv
+import hashlib
+import hmac
 import io
 import json
 import math
@@ -110,8 +113,15 @@ def result_path(cache: Path, student: str, lab: str) -> Path:
     return cache / safe_name(student) / f"{lab}.json"
 
 
-def load_result(cache: Path, job: Job, key: str) -> Outcome | None:
-    """The saved outcome of this job if it was graded from exactly this input, else None."""
+def _signature(secret: bytes, data: dict) -> str:
+    body = json.dumps({k: v for k, v in data.items() if k != "signature"}, sort_keys=True).encode()
+    return hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def load_result(cache: Path, job: Job, key: str, secret: bytes) -> Outcome | None:
+    """The saved outcome of this job if it was graded from exactly this input and its signature
+    (under the instructor's key) holds, else None: an edited, foreign or grader-failed entry is
+    graded again."""
     if not key:
         return None
     try:
@@ -120,14 +130,24 @@ def load_result(cache: Path, job: Job, key: str) -> Outcome | None:
         return None  # never graded, or a file from an older grader: grade again
     if not isinstance(data, dict) or data.get("key") != key or data.get("student") != job.student:
         return None
+    claimed = data.get("signature")
+    if not isinstance(claimed, str) or not hmac.compare_digest(claimed, _signature(secret, data)):
+        return None
+    data.pop("signature")
     try:
-        return Outcome(**data)
+        outcome = Outcome(**data)
     except TypeError:
         return None
+    if outcome.kind is Status.GRADER_ERROR:
+        return None
+    return outcome
 
 
-def save_result(cache: Path, outcome: Outcome) -> None:
-    atomic_write(result_path(cache, outcome.student, outcome.lab), json.dumps(asdict(outcome)))
+def save_result(cache: Path, outcome: Outcome, secret: bytes) -> None:
+    """Save one outcome, signed with the instructor's key."""
+    data = asdict(outcome)
+    data["signature"] = _signature(secret, data)
+    atomic_write(result_path(cache, outcome.student, outcome.lab), json.dumps(data))
 
 
 # --- the end-of-run report ---------------------------------------------------------------------

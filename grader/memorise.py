@@ -16,8 +16,9 @@ import dataclasses
 import functools
 import inspect
 
+from lab_utils.grading.scoring import score
+
 from .registry import questions_for
-from .scoring import score
 
 
 class _Recorder:

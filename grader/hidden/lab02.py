@@ -1,0 +1,297 @@
+"""Lab 02: hidden checks (the grader's; never inside a sandbox).
+
+Cases come from the judge's key, not the notebook's SEED; public checks and the scenario are in
+`lab_utils.grading.questions.lab02`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from grader.registry import hidden
+from lab_utils.grading.questions.lab02 import _cached_table, _ids
+
+
+def _fraction(passed: int, total: int, what: str) -> float | None:
+    if passed == total:
+        return None
+    if passed == 0:
+        raise AssertionError(f"wrong on all {total} unseen {what}")
+    return passed / total
+
+
+class _Driver:
+    """A manager plus live requests, advanced as the engine's scheduler would.
+
+    `allocate_slots(request, n)` happens before a step; on success the step computes the n tokens
+    and `request.num_computed_tokens` grows by n (vLLM's update_from_output). A refused call
+    changes nothing, so the tokens that asked for room are taken back.
+    """
+
+    def __init__(self, manager):
+        self.m = manager
+        self.reqs: dict = {}
+
+    def allocate(self, rid: str, n: int):
+        from lab_utils.kv import Request
+
+        req = Request(rid, list(range(n)))
+        return self._extend(req, n, new=True)
+
+    def append(self, rid: str, n: int = 1):
+        req = self.reqs[rid]
+        for t in range(n):
+            req.append_output(t)
+        return self._extend(req, n, new=False)
+
+    def _extend(self, req, n: int, new: bool):
+        got = self.m.allocate_slots(req, n)
+        if got is None:
+            if not new:
+                del req.output_token_ids[-n:]
+            return None
+        req.num_computed_tokens += n
+        self.reqs[req.request_id] = req
+        return [int(getattr(b, "block_id", b)) for b in got]  # the reference returns KVCacheBlocks
+
+    def fork(self, parent: str, child: str) -> None:
+        self.reqs[child] = self.reqs[parent].fork(child)
+        self.m.fork(self.reqs[parent], self.reqs[child])
+
+    def free(self, rid: str) -> None:
+        self.m.free(self.reqs.pop(rid))
+
+
+def _reference(num_blocks: int, block_size: int) -> _Driver:
+    from lab_utils.kv import KVCacheManager
+
+    return _Driver(KVCacheManager(num_blocks, block_size, enable_caching=False))
+
+
+def _state(d: _Driver, num_blocks: int, reference: bool) -> tuple:
+    m = d.m
+    tables = {rid: _ids(m.get_block_ids(rid)) for rid in sorted(d.reqs)}
+    if reference:
+        pool = m.block_pool
+        return (
+            tables,
+            int(m.num_free_blocks),
+            pool.free_block_queue.block_ids(),
+            [b.ref_cnt for b in pool.blocks],
+        )
+    return (
+        tables,
+        int(m.num_free_blocks),
+        _ids(list(m.free_queue)),
+        [int(m.ref_cnt[b]) for b in range(num_blocks)],
+    )
+
+
+def _random_ops(rng, kinds: tuple[str, ...], num_ops: int) -> list[tuple]:
+    """A random operation script; ids are resolved against the live requests when replayed."""
+    return [(rng.choice(kinds), rng.randint(1, 23), rng.random()) for _ in range(num_ops)]
+
+
+def _replay(cls, rng, kinds: tuple[str, ...], num_traces: int = 12, chunks: bool = True) -> float | None:
+    """Random traces through the learner's class and the reference; a trace passes if every result
+    and the whole state (tables, free queue, reference counts) agree after every operation.
+
+    With `chunks`, an "append" brings several tokens at once now and then (a prompt chunk); else
+    one (a decode step, as after a fork)."""
+    from lab_utils.kv.interface import missing_members
+
+    passed = 0
+    for _ in range(num_traces):
+        num_blocks, block_size = rng.randint(4, 12), rng.choice([2, 3, 4, 5, 8])
+        ref, mine = _reference(num_blocks, block_size), _Driver(cls(num_blocks, block_size))
+        missing = missing_members(mine.m)
+        assert not missing, f"the class lacks {', '.join(missing)}, which the engine calls"
+        script = _random_ops(rng, kinds, rng.randint(8, 30))
+        ok, counter = True, 0
+        for kind, n, pick in script:
+            live = sorted(ref.reqs)
+            if kind != "allocate" and not live:
+                kind = "allocate"
+            want = got = None
+            if kind == "allocate":
+                rid = f"r{counter}"
+                counter += 1
+                want, got = ref.allocate(rid, n), mine.allocate(rid, n)
+            elif kind == "append":
+                rid = live[int(pick * len(live))]
+                k = 1 if not chunks or n % 3 else 1 + n % (2 * block_size)
+                want, got = ref.append(rid, k), mine.append(rid, k)
+            elif kind == "fork":
+                rid = live[int(pick * len(live))]
+                child = f"r{counter}"
+                counter += 1
+                ref.fork(rid, child)
+                mine.fork(rid, child)
+            else:
+                rid = live[int(pick * len(live))]
+                ref.free(rid)
+                mine.free(rid)
+            if got != want or _state(mine, num_blocks, False) != _state(ref, num_blocks, True):
+                ok = False
+                break
+        passed += ok
+    return _fraction(passed, num_traces, "operation sequences")
+
+
+@hidden("02.contiguous_waste")
+def _(contiguous_waste, rng, scenario):
+    from lab_utils.kv import make_workload
+    from lab_utils.kv.workload import never_used_fraction
+
+    passed = 0
+    for _ in range(10):
+        wl = make_workload(
+            rng.randint(1, 40),
+            seed=rng.randint(0, 10**6),
+            max_tokens=rng.choice([64, 256, 1024]),
+            mean_output_len=rng.choice([5, 40, 200]),
+        )
+        passed += math.isclose(
+            float(contiguous_waste(wl)), never_used_fraction(wl), rel_tol=1e-9, abs_tol=1e-12
+        )
+    return _fraction(passed, 10, "workloads")
+
+
+@hidden("02.allocate")
+def _(MyKVCacheManager, rng, scenario):
+    return _replay(MyKVCacheManager, rng, ("allocate",))
+
+
+@hidden("02.append")
+def _(MyKVCacheManager, rng, scenario):
+    return _replay(MyKVCacheManager, rng, ("allocate", "append", "append", "append"))
+
+
+@hidden("02.free")
+def _(MyKVCacheManager, rng, scenario):
+    return _replay(MyKVCacheManager, rng, ("allocate", "allocate", "append", "append", "free"))
+
+
+def _reference_lookup(tokens: list[int], block_size: int, cached: dict) -> list[int]:
+    from lab_utils.kv import KVCacheManager, Request
+
+    kv = KVCacheManager(num_blocks=1, block_size=block_size)
+    for h, block_id in cached.items():  # only the lookup is used: point the index at stand-in blocks
+        from lab_utils.kv import KVCacheBlock
+
+        kv.block_pool.cached_block_hash_to_block[h] = KVCacheBlock(block_id)
+    hits, _ = kv.get_computed_blocks(Request("q", tokens))
+    return [b.block_id for b in hits]
+
+
+@hidden("02.prefix_lookup")
+def _(cached_prefix_blocks, rng, scenario):
+    passed, total = 0, 20
+    for _ in range(total):
+        bs = rng.choice([2, 3, 4, 8])
+        vocab = rng.choice([3, 50])  # a tiny vocabulary makes equal blocks at other positions likely
+        base = [rng.randrange(vocab) for _ in range(bs * rng.randint(1, 6))]
+        prompts = [
+            base[: rng.randint(1, len(base))] + [rng.randrange(vocab) for _ in range(rng.randint(1, 2 * bs))]
+            for _ in range(rng.randint(1, 4))
+        ]
+        cached = _cached_table(bs, prompts)
+        query = base[: rng.randint(0, len(base))] + [
+            rng.randrange(vocab) for _ in range(rng.randint(0, 2 * bs))
+        ]
+        if not query:
+            query = [0]
+        want = _reference_lookup(query, bs, cached)
+        passed += _ids(cached_prefix_blocks(list(query), bs, dict(cached))) == want
+    return _fraction(passed, total, "prompts")
+
+
+@hidden("02.fork_cow")
+def _(ForkingKVCacheManager, rng, scenario):
+    kinds = ("allocate", "append", "append", "append", "fork", "free")
+    result = _replay(ForkingKVCacheManager, rng, kinds, chunks=False)
+    mine, ref = _Driver(ForkingKVCacheManager(8, 4)), _reference(8, 4)  # the copies, in order
+    for d in (mine, ref):
+        d.allocate("a", 6)
+        d.fork("a", "b")
+        d.append("a")
+        d.fork("b", "c")
+        d.append("c")
+    assert [(int(s), int(t)) for s, t in mine.m.pop_pending_copies()] == ref.m.pop_pending_copies(), (
+        "the list of copies (source, destination) is not right on an unseen trace"
+    )
+    return result
+
+
+@hidden("02.max_concurrent")
+def _(max_concurrent, rng, scenario):
+    from lab_utils.kv.workload import max_concurrent_requests
+
+    cases = [
+        (
+            scenario["prompt_len"],
+            scenario["output_len"],
+            scenario["max_tokens"],
+            scenario["capacity_tokens"],
+            scenario["block_size"],
+        )
+    ]
+    for _ in range(15):
+        out = rng.randint(1, 600)
+        cases.append(
+            (
+                rng.randint(1, 600),
+                out,
+                out + rng.randint(0, 1500),
+                rng.randint(256, 65536),
+                rng.choice([1, 8, 16, 32, 128]),
+            )
+        )
+    passed = 0
+    for args in cases:
+        want = max_concurrent_requests(*args)
+        passed += tuple(int(x) for x in max_concurrent(*args)) == (want["contiguous"], want["paged"])
+    return _fraction(passed, len(cases), "cases")
+
+
+def blocks_saved(scenario: dict) -> int:
+    """The reference: KV blocks in use for all users at once without prefix caching, minus with it."""
+    from lab_utils.kv import KVCacheManager, Request
+
+    used = []
+    system = list(range(1000, 1000 + scenario["system_prompt_tokens"]))
+    for caching in (False, True):
+        kv = KVCacheManager(num_blocks=4096, block_size=scenario["block_size"], enable_caching=caching)
+        for i, n in enumerate(scenario["user_tokens"]):
+            req = Request(f"u{i}", system + [10_000 * (i + 1) + t for t in range(n)])
+            hits, cached = kv.get_computed_blocks(req)
+            kv.allocate_slots(req, req.num_tokens - cached, hits)
+        used.append(kv.num_blocks - kv.num_free_blocks)
+    return used[0] - used[1]
+
+
+@hidden("02.prefix_saving")
+def _(PREDICTED_BLOCKS_SAVED, rng, scenario):
+    assert int(PREDICTED_BLOCKS_SAVED) == blocks_saved(scenario), (
+        "the prediction does not match the block pool for the grader's scenario"
+    )
+
+
+def _hits_by_manager(shared: int, num_requests: int, block_size: int) -> int:
+    from lab_utils.kv import KVCacheManager, Request
+
+    kv = KVCacheManager(num_blocks=4096, block_size=block_size)
+    for i in range(num_requests):  # one after the other: each finishes before the next arrives
+        req = Request(f"q{i}", list(range(shared)) + [50_000 + 97 * i + t for t in range(block_size + 3)])
+        hits, cached = kv.get_computed_blocks(req)
+        kv.allocate_slots(req, req.num_tokens - cached, hits)
+        kv.free(req)
+    return kv.prefix_cache_hits
+
+
+@hidden("02.vllm_hits")
+def _(predicted_prefix_hits, rng, scenario):
+    cases = [(scenario["system_prompt_tokens"], len(scenario["user_tokens"]), scenario["block_size"])]
+    cases += [(rng.randint(0, 700), rng.randint(1, 9), rng.choice([4, 16, 128])) for _ in range(12)]
+    passed = sum(int(predicted_prefix_hits(*c)) == _hits_by_manager(*c) for c in cases)
+    return _fraction(passed, len(cases), "cases")

@@ -1,0 +1,158 @@
+"""The judge: scores a lab's questions by calling the learner's answers inside a sandbox.
+
+For each question the judge starts one runner (remote.py) inside the sandbox, with that question's
+forbidden references replaced there, and runs the public check and then the hidden check here, in
+its own process, with the learner's answers as proxies. Every value the learner's code produces
+reaches the judge as plain data; the references and the hidden cases never enter the sandbox.
+The score is the public fraction times the hidden fraction, as in the notebook's `check()`, whose
+statuses and messages it shares (lab_utils.grading.scoring).
+
+A question whose runner dies, hangs, floods or breaks the protocol scores zero with the reason; the
+other questions are unaffected.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab_utils.grading.scoring import CORRECT, ERROR, NOT_ANSWERED, PARTIAL, REFERENCE, WRONG, Result, score
+
+from .registry import Question, hidden_check, hidden_rng, questions_for
+from .remote import LearnerError, Runner, RunnerFailed, UsesReference
+from .sandbox import Sandbox
+
+
+@dataclass
+class Context:
+    """Everything the judge needs to score one student's lab."""
+
+    answers_dir: Path
+    work: Path  # the judge's own scratch folder (runner logs); never inside a sandbox
+    student: str
+    key: int | str  # the instructor's secret (hidden cases)
+    scenario: dict  # the scenario the notebook ran with (value answers are computed from it)
+    sandbox: Callable[[], Sandbox | None]  # a fresh sandbox description per runner; None: unsandboxed
+    python: str
+    env: dict
+    per_question: float = 120.0
+    memory_mb: int = 4096
+    statuses: dict[str, str] = field(default_factory=dict)
+
+
+def _run(fn, values: dict, extra: dict) -> tuple[float | None, str, str]:
+    """Run one check: (fraction or None on failure, status, message)."""
+    try:
+        fraction = fn(**values, **extra)
+    except UsesReference as exc:
+        return None, REFERENCE, f"your answer is or calls the course's reference `{str(exc).split(':')[-1]}`"
+    except RunnerFailed as exc:
+        return None, ERROR, str(exc)
+    except NotImplementedError:
+        return None, NOT_ANSWERED, "the answer still raises NotImplementedError"
+    except AssertionError as exc:
+        return None, WRONG, str(exc) or "the check's assertion failed"
+    except LearnerError as exc:
+        return None, ERROR, f"your answer raised {exc}"[:300]
+    except Exception as exc:
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        return None, ERROR, f"your answer raised {last}"[:300]
+    if fraction is None:
+        return 1.0, CORRECT, ""
+    try:
+        frac = float(fraction)
+    except (TypeError, ValueError):
+        return None, ERROR, "check returned a non-number (a bug in the check)"
+    return min(1.0, max(0.0, frac)), "", ""
+
+
+def _result(q: Question, frac: float) -> Result:
+    status = CORRECT if frac == 1.0 else (PARTIAL if frac > 0 else WRONG)
+    return Result(q.id, q.points, round(q.points * frac, 4), status, "")
+
+
+def judge_question(q: Question, ctx: Context) -> Result:
+    """Score one question: public check, then hidden check, against a fresh sandboxed runner."""
+    log = ctx.work / f"runner-{q.id}.log"
+    try:
+        runner = Runner(
+            ctx.answers_dir,
+            list(q.forbid),
+            ctx.sandbox(),
+            ctx.python,
+            ctx.env,
+            log,
+            timeout=ctx.per_question,
+            memory_mb=ctx.memory_mb,
+        )
+    except RunnerFailed as exc:
+        return Result(q.id, q.points, 0.0, ERROR, str(exc))
+    try:
+        values = {}
+        for name in q.answers:
+            try:
+                value = runner.answer(name)
+            except LookupError as exc:
+                return Result(q.id, q.points, 0.0, NOT_ANSWERED, str(exc)[:300])
+            except UsesReference as exc:
+                return Result(q.id, q.points, 0.0, REFERENCE, f"`{name}` is the course's reference `{exc}`")
+            except RunnerFailed as exc:
+                return Result(q.id, q.points, 0.0, ERROR, str(exc))
+            except Exception as exc:
+                return Result(q.id, q.points, 0.0, ERROR, f"`{name}` could not be read: {exc}"[:300])
+            if value is None and name not in q.allow_none:
+                return Result(q.id, q.points, 0.0, NOT_ANSWERED, f"`{name}` is None: compute it")
+            values[name] = value
+        public, status, message = _run(q.fn, values, {})
+        if public is None:
+            return Result(q.id, q.points, 0.0, status, message)
+        check = hidden_check(q.id)
+        if check is None or public == 0:
+            return _result(q, public)
+        extra = {"rng": hidden_rng(ctx.key, ctx.student, q.lab, q.id), "scenario": dict(ctx.scenario)}
+        frac, status, message = _run(check, values, extra)
+        if frac is None:
+            if status == WRONG:
+                message = f"passes the public check but not the grader's unseen cases: {message}"
+            return Result(q.id, q.points, 0.0, status, message)
+        return _result(q, round(public * frac, 6))
+    finally:
+        runner.close()
+
+
+def judge_lab(lab: str, ctx: Context) -> list[Result]:
+    """Score every question of `lab`."""
+    return [judge_question(q, ctx) for q in questions_for(lab)]
+
+
+def score_in_process(q: Question, namespace: dict, seed: int) -> Result:
+    """Public then hidden check run here, on answers in this process (no sandbox): for the course's
+    own tests of its checks with trusted implementations, never for a learner's submission.
+
+    Hidden cases come from `seed` (as the scenario does), so a test can reproduce them."""
+    from lab_utils.grading.registry import lab_scenario, seeded_rng
+    from lab_utils.grading.scoring import _prepare
+    from lab_utils.grading.scoring import _run as run_watched
+
+    public = score(q, namespace)
+    check = hidden_check(q.id)
+    if public.earned == 0 or check is None:
+        return public
+    values, early, forbidden = _prepare(q, namespace)
+    try:
+        scen = lab_scenario(q.lab, seed)
+    except KeyError:
+        scen = {}
+    extra = {"rng": seeded_rng(seed, f"hidden/{q.id}"), "scenario": scen}
+    frac, status, message = run_watched(q, check, values, extra, forbidden)
+    if frac is None:
+        if status == WRONG:
+            message = f"passes the public check but not the grader's unseen cases: {message}"
+        return Result(q.id, q.points, 0.0, status, message)
+    public_frac = public.earned / q.points if q.points else 0.0
+    return _result(q, round(public_frac * frac, 6))
+
+
+score_graded = score_in_process  # the name the course's tests know

@@ -1,0 +1,374 @@
+"""Limited, sandboxed child processes for the grader: every run of learner code goes through here.
+
+Two layers:
+
+1. **The sandbox** (bubblewrap, `bwrap`): a learner's notebook kernel, the servers it starts, and
+   every later call of the learner's functions run as `nobody` in their own PID, network, IPC and
+   user namespaces (loopback only; every descendant dies with the run), with a read-only view of
+   the system and the course library, a private size-capped `/tmp` (the working folder), a private
+   `/dev/shm`, a minimal environment (no instructor variables, no keys, no grader arguments), and
+   none of: the instructor folder, the output folder, the submissions, the instructor side of the
+   grader (`grader/`), the grader's scratch folders or processes. Only the folders a run is given
+   are visible inside (`/tmp/in` read-only, `/tmp/out` writable, its size watched). On a GPU
+   machine the NVIDIA device nodes are bound in.
+2. **The limits** (`run_limited`, from outside): a wall-time limit, a memory limit on the whole
+   tree measured as proportional set size (shared pages counted once, not once per process: vLLM's
+   workers share most of their pages), a cap on the bytes written to the output folder, no core
+   files, and a small guard (this file run as a script) that kills the whole tree if the grader
+   that started it dies.
+
+Where bubblewrap cannot run, `Sandbox.check()` says why and what to install; the grader then
+refuses to grade unless told `--no-sandbox`, and marks every row graded that way `unsandboxed`.
+
+This module imports only the standard library at the top, so the guard starts fast.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NOBODY = 65534
+INSIDE_IN, INSIDE_OUT, INSIDE_WORK = "/tmp/in", "/tmp/out", "/tmp/work"
+
+
+class Status(str, enum.Enum):
+    """How one submission's grading ended; the gradebook's status column starts with the value."""
+
+    OK = "ok"
+    CELL_ERRORS = "cell errors"  # some cells raised; every question was still scored
+    TIMEOUT = "timeout"
+    MEMORY_LIMIT = "memory limit"
+    DISK_LIMIT = "disk limit"
+    KERNEL_DIED = "kernel died"
+    KILLED = "killed"  # by a signal, from inside the notebook
+    FAILED = "failed"  # the run stopped without a report
+    NOT_A_NOTEBOOK = "not a notebook"
+    EMPTY = "empty notebook"
+    WRONG_LAB = "wrong lab"
+    DUPLICATE = "duplicate"
+    UNREADABLE = "unreadable"
+    REFUSED = "refused"  # a symlink, a special file, a folder too large or too deep
+    NO_QUESTIONS = "no graded questions"
+    COPY = "copy of the published solution"
+    GRADER_ERROR = "grader error"
+
+    def text(self, detail: str = "") -> str:
+        """The status column: `value` or `value: detail` (no timings, so reruns compare equal)."""
+        return f"{self.value}: {detail}" if detail else self.value
+
+    @property
+    def failed(self) -> bool:
+        """Counted as a failure in the progress line (cell errors are the learner's, not a failure)."""
+        return self not in (Status.OK, Status.CELL_ERRORS)
+
+    @classmethod
+    def of(cls, text: str) -> Status:
+        """The status a status-column text starts with (GRADER_ERROR for an unknown one)."""
+        for s in sorted(cls, key=lambda s: -len(s.value)):
+            if text == s.value or text.startswith(s.value + ":") or text.startswith(s.value + " "):
+                return s
+        return cls.GRADER_ERROR
+
+
+# --- the sandbox -------------------------------------------------------------------------------
+
+
+def _bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+_PROBED: dict[str, str] = {}
+
+
+def sandbox_problem() -> str:
+    """ "" when bubblewrap runs here, else why not and what to install (probed once per process)."""
+    if "problem" in _PROBED:
+        return _PROBED["problem"]
+    exe = _bwrap()
+    if sys.platform != "linux":
+        why = f"the sandbox needs Linux namespaces (this is {sys.platform})"
+    elif exe is None:
+        why = "bubblewrap (`bwrap`) is not installed: `apt-get install bubblewrap` (Debian/Ubuntu), `make setup` does it as root"
+    else:
+        probe = subprocess.run(
+            [exe, *Sandbox().options(), "--", "/bin/true"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        why = (
+            ""
+            if probe.returncode == 0
+            else (
+                f"bubblewrap cannot create its namespaces here ({probe.stderr.strip()[:200]}); "
+                "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1) or run as root"
+            )
+        )
+    _PROBED["problem"] = why
+    return why
+
+
+@dataclass
+class Sandbox:
+    """What one sandboxed run sees. Paths are on the host; `read_only` maps host -> inside."""
+
+    read_only: dict[str, str] = field(default_factory=dict)  # extra host folders, read-only inside
+    writable: dict[str, str] = field(default_factory=dict)  # host folders written inside (/tmp/out)
+    hide: list[str] = field(default_factory=list)  # host folders replaced by an empty one inside
+    tmp_mb: int = 2048  # the private /tmp (the working folder lives there)
+    shm_mb: int = 512
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str = INSIDE_WORK
+    gpu: bool = False
+
+    def options(self) -> list[str]:
+        opts = [
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+        ]
+        for path in self.hide:
+            if os.path.isdir(path):
+                opts += ["--tmpfs", path]
+            elif os.path.exists(path):
+                opts += ["--ro-bind", "/dev/null", path]
+        opts += [
+            "--size",
+            str(self.tmp_mb * 2**20),
+            "--tmpfs",
+            "/tmp",
+            "--size",
+            str(self.shm_mb * 2**20),
+            "--tmpfs",
+            "/dev/shm",
+            "--dir",
+            INSIDE_WORK,
+        ]
+        for host, inside in self.read_only.items():
+            opts += ["--ro-bind", host, inside]
+        for host, inside in self.writable.items():
+            opts += ["--bind", host, inside]
+        if self.gpu:
+            for dev in sorted(Path("/dev").glob("nvidia*")):
+                opts += ["--dev-bind", str(dev), str(dev)]
+        opts += [
+            "--unshare-all",  # user, pid, net (loopback only), ipc, uts, cgroup
+            "--uid",
+            str(NOBODY),
+            "--gid",
+            str(NOBODY),
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--hostname",
+            "sandbox",
+            "--clearenv",
+            "--chdir",
+            self.cwd,
+        ]
+        for key, value in sorted(self.env.items()):
+            opts += ["--setenv", key, value]
+        return opts
+
+    def wrap(self, cmd: list[str]) -> list[str]:
+        """`cmd` run inside this sandbox."""
+        exe = _bwrap()
+        if exe is None:
+            raise RuntimeError(sandbox_problem())
+        return [exe, *self.options(), "--", *cmd]
+
+
+# --- the parent side ---------------------------------------------------------------------------
+
+
+def _pss_kb(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def tree_memory_mb(pid: int) -> float:
+    """Memory of a process and all its descendants in MB, as proportional set size: a page shared by
+    k processes counts 1/k in each, so the sum is what the tree really holds (resident size when
+    the kernel gives no PSS)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.Error:
+        return 0.0
+    total_kb = 0
+    for p in procs:
+        kb = _pss_kb(p.pid)
+        if kb is None:
+            try:
+                kb = p.memory_info().rss // 1024
+            except psutil.Error:  # it exited between listing and reading: it uses nothing now
+                continue
+        total_kb += kb
+    return total_kb / 1024
+
+
+tree_rss_mb = tree_memory_mb  # the old name
+
+
+def folder_bytes(path: Path, limit: int) -> int:
+    """Bytes under `path` (files only, links not followed), stopping early once past `limit`."""
+    total = 0
+    stack = [str(path)]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for e in entries:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    elif e.is_file(follow_symlinks=False):
+                        total += e.stat(follow_symlinks=False).st_blocks * 512
+                except OSError:
+                    continue
+                if total > limit:
+                    return total
+    return total
+
+
+def kill_tree(pid: int) -> None:
+    """Kill a process's descendants, then its process group (a Jupyter kernel may start its own
+    session, so the group alone is not enough; the group goes last because it may hold the caller)."""
+    import psutil
+
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        children = []
+    for child in children:
+        try:
+            child.kill()
+        except psutil.Error:
+            continue  # already exited
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is already gone
+
+
+def guarded(cmd: list[str]) -> list[str]:
+    """`cmd` under the guard that stops it when this process dies."""
+    return [sys.executable, str(Path(__file__).resolve()), "--guard", str(os.getpid()), "--", *cmd]
+
+
+def run_limited(
+    cmd: list[str],
+    *,
+    timeout: float,
+    memory_mb: int,
+    env: dict,
+    cwd: Path,
+    log: Path,
+    sandbox: Sandbox | None = None,
+    watch_dir: Path | None = None,
+    disk_mb: int = 0,
+) -> tuple[int | None, Status | None]:
+    """Run cmd (inside `sandbox` when given) in its own session under a wall-time, a memory and a
+    disk limit (bytes written under `watch_dir`).
+
+    Returns (exit code, None) when it finished, or (None, Status.TIMEOUT | MEMORY_LIMIT | DISK_LIMIT)
+    when it was stopped. A negative exit code is the signal that ended it.
+    """
+    inner = sandbox.wrap(cmd) if sandbox is not None else cmd
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            guarded(inner),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=str(cwd),
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        stopped: Status | None = None
+        code: int | None = None
+        next_disk = 0.0
+        try:
+            while True:
+                try:
+                    code = proc.wait(timeout=0.25)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                now = time.monotonic()
+                if now > deadline:
+                    stopped = Status.TIMEOUT
+                elif memory_mb and tree_memory_mb(proc.pid) > memory_mb:
+                    stopped = Status.MEMORY_LIMIT
+                elif disk_mb and watch_dir is not None and now >= next_disk:
+                    next_disk = now + 1.0
+                    if folder_bytes(watch_dir, disk_mb * 2**20) > disk_mb * 2**20:
+                        stopped = Status.DISK_LIMIT
+                if stopped:
+                    break
+        finally:
+            # a kernel or server left running by a crashed papermill is still ours to stop
+            kill_tree(proc.pid)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass  # unkillable (D state); the guard's own watch stops it when it wakes
+        return (None, stopped) if stopped else (code, None)
+
+
+# --- the guard (this file run as a script) -----------------------------------------------------
+
+
+def _guard(parent: int, cmd: list[str]) -> int:
+    import resource
+    import threading
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crashing kernel writes no core file
+    child = subprocess.Popen(cmd)  # same session and group as the guard, limits inherited
+
+    def watch() -> None:
+        while child.poll() is None:
+            if os.getppid() != parent:  # the grader died: stop everything this run started
+                try:
+                    kill_tree(os.getpid())
+                finally:
+                    os._exit(137)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, daemon=True).start()
+    code = child.wait()
+    if code < 0:  # die of the same signal, so the grader sees what killed the run
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        time.sleep(1)
+    return code
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 5 or sys.argv[1] != "--guard" or sys.argv[3] != "--":
+        sys.exit("usage: sandbox.py --guard PARENT_PID -- COMMAND ...")
+    sys.exit(_guard(int(sys.argv[2]), sys.argv[4:]))
