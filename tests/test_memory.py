@@ -339,3 +339,13 @@ def test_recommend_never_returns_a_misfit_on_random_shapes():
             assert r.num_gpus <= 8 and r.tokens_per_s > 0
 
     run()
+
+
+def test_prefill_flops_count_non_embedding_parameters():
+    """Prefill FLOPs: 2 per non-embedding parameter per token plus one lm_head pass (lab 01 section 8)."""
+    s = spec("Llama-3-8B")
+    assert s.non_embedding_params == s.num_params - 2 * s.vocab_size * s.hidden_size  # untied embeddings
+    t = 4096
+    assert s.prefill_flops(t) == 2 * s.non_embedding_params * t + 2 * s.vocab_size * s.hidden_size
+    high = 2 * s.num_params * t / s.prefill_flops(t) - 1
+    assert 0.10 < high < 0.16, f"the all-parameter count is {high:.1%} high for Llama-3-8B"

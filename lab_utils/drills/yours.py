@@ -29,7 +29,7 @@ ASKS = [
         ("continuous",),
         "In lab {lab} you measured continuous batching at {value} {unit} over static (you predicted "
         "{predicted}). The seed says '~10x' for 7 requests of 50 tokens and one of 500; the max/mean model "
-        "says 4.7x for that mix. Explain your figure: the spread of your output lengths, the part of a step "
+        "says 4.7x for that mix in steady state with a backlog. Explain your figure: the spread of your output lengths, the part of a step "
         "that grows with the batch (on this CPU a decode step is not free per row), prefill, and the drain "
         "at the end when only the long requests are left.",
         "No continuous-batching gain recorded yet: lab 03 measures static against continuous batching.",

@@ -184,6 +184,20 @@ class ModelSpec:
         """Total parameters computed from the architecture (see the module docstring)."""
         return self.linear_params + self.embedding_params + self.small_params
 
+    @property
+    def non_embedding_params(self) -> int:
+        """Parameters every token is multiplied through: all but the embedding and lm_head."""
+        return self.num_params - self.embedding_params
+
+    def prefill_flops(self, prompt_tokens: int) -> int:
+        """FLOPs of one prompt's prefill, attention's quadratic term left out.
+
+        2 per non-embedding parameter per prompt token (the embedding is a table lookup), plus one
+        lm_head pass: the logits are computed for the last position only. Counting all parameters
+        instead (2 x num_params x tokens) overstates it by about 15% for Llama-3-8B, 3% for 70B.
+        """
+        return 2 * self.non_embedding_params * int(prompt_tokens) + 2 * self.vocab_size * self.hidden_size
+
     def decode_flops_per_token(self, context_len: int = 0) -> int:
         """FLOPs to generate one token: 2 per weight, plus attention over `context_len` cached tokens."""
         attn = 4 * self.num_layers * self.num_attention_heads * self.head_dim * int(context_len)
