@@ -6,7 +6,8 @@ checks are about behaviour, the points the seeds got wrong:
 
     pinned image      a version tag, never `latest` or none: the server must not change under you
     GPU reservation   deploy.resources.reservations.devices with capabilities [gpu] (Compose spec);
-                      not the old `runtime: nvidia` key of docker-compose 2.3 files
+                      `runtime: nvidia` is still a Compose Specification key, but it only picks
+                      the container runtime and reserves no GPU (and needs that runtime configured)
     token from env    HF_TOKEN: ${HF_TOKEN...} (the variable the Hub libraries read), never a literal
     health check      so `depends_on: condition: service_healthy` and restarts work
     model cache       a volume, so a restart does not download the weights again
@@ -32,7 +33,8 @@ def service_problems(name: str, svc: dict) -> list[str]:
         out.append(f"{name}: image {image!r} is not pinned to a version tag")
     if "runtime" in svc:
         out.append(
-            f"{name}: `runtime: {svc['runtime']}` is the old way; reserve the GPU under deploy.resources"
+            f"{name}: `runtime: {svc['runtime']}` picks a container runtime but reserves no GPU; "
+            "reserve the GPU under deploy.resources.reservations.devices"
         )
     devices = (((svc.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get(
         "devices"

@@ -3,7 +3,8 @@
     tensor parallel (TP)   every layer's matrices split across TP GPUs; attention heads split, so
                            TP must divide the query heads, and the KV heads are split (KV % TP == 0)
                            or replicated (TP % KV == 0). An all-reduce after every layer: keep TP
-                           inside one NVLink domain (a node of at most 8 GPUs here).
+                           inside one NVLink domain. Here that is a node of 8 GPUs (HGX); rack-scale
+                           NVLink systems such as GB200 NVL72 put 72 GPUs in one domain.
     pipeline parallel (PP) layers split into PP stages on different GPUs; only activations cross
                            between stages, so it spans nodes, but a stage idles while the pipeline
                            fills and drains: the bubble (PP - 1) / (M + PP - 1) for M micro-batches.
