@@ -80,5 +80,18 @@ class Sampler:
                 p = params[i]
                 row = apply_top_k_top_p(logits[i] / p.temperature, p.top_k, p.top_p)
                 probs = row.softmax(-1)
+                if not _usable(probs):
+                    # A temperature so small that logits / T overflow (inf - inf = NaN), or a row
+                    # of NaN logits: sampling is undefined, so take the most likely token instead
+                    # of letting multinomial raise and fail every request in the batch.
+                    tokens[i] = int(torch.nan_to_num(logits[i], nan=float("-inf")).argmax())
+                    continue
                 tokens[i] = torch.multinomial(probs, 1, generator=self._generator(request_ids[i], p))[0]
         return tokens.tolist()
+
+
+def _usable(probs: torch.Tensor) -> bool:
+    """True when `probs` is a distribution multinomial accepts: finite, non-negative, some mass."""
+    import torch
+
+    return bool(torch.isfinite(probs).all()) and bool((probs >= 0).all()) and float(probs.sum()) > 0

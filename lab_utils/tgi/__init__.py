@@ -40,6 +40,8 @@ def create_service(
     api_key: str | None = None,
     num_threads: int | None = None,
     engine: Any = None,
+    payload_limit: int | None = None,
+    request_timeout: float | None = None,
 ):
     """Load the course engine under TGI's admission policy and start its worker thread."""
     from lab_utils.engine import LLMEngine
@@ -67,4 +69,14 @@ def create_service(
     model_id = str(engine.model_path)
     worker = EngineWorker(engine, config, Metrics())
     worker.start()
-    return Service(worker, config, model_id, api_key)
+    from .protocol import PAYLOAD_LIMIT
+    from .server import REQUEST_TIMEOUT
+
+    return Service(
+        worker,
+        config,
+        model_id,
+        api_key,
+        payload_limit=PAYLOAD_LIMIT if payload_limit is None else payload_limit,
+        request_timeout=REQUEST_TIMEOUT if request_timeout is None else request_timeout,
+    )

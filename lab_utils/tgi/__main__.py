@@ -19,7 +19,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--api-key",
         default=os.environ.get("TGI_STAND_IN_API_KEY"),
-        help="require 'Authorization: Bearer KEY' (except on /health)",
+        help="require 'Authorization: Bearer KEY' (except on /health); prefer the environment "
+        "variable TGI_STAND_IN_API_KEY, which `ps` does not show",
     )
     ap.add_argument("--max-input-tokens", type=int, default=1024)
     ap.add_argument("--max-total-tokens", type=int, default=2048)
@@ -33,6 +34,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-stop-sequences", type=int, default=4)
     ap.add_argument("--max-top-n-tokens", type=int, default=5)
     ap.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
+    ap.add_argument(
+        "--payload-limit", type=int, default=2_000_000, help="largest request body in bytes (413 beyond)"
+    )
+    ap.add_argument(
+        "--request-timeout",
+        type=float,
+        default=600.0,
+        help="seconds a request may take, queueing included (the stand-in's own limit; 408 beyond)",
+    )
     return ap.parse_args(argv)
 
 
@@ -62,7 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     from . import create_service
     from .server import build_app
 
-    service = create_service(cfg, model=args.model_id, api_key=args.api_key, num_threads=args.num_threads)
+    service = create_service(
+        cfg,
+        model=args.model_id,
+        api_key=args.api_key,
+        num_threads=args.num_threads,
+        payload_limit=args.payload_limit,
+        request_timeout=args.request_timeout,
+    )
     app = build_app(service)
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
@@ -81,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         server.run()
     finally:
         service.worker.stop()
+        service.executor.shutdown(wait=False, cancel_futures=True)
     return 0
 
 

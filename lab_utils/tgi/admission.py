@@ -234,7 +234,8 @@ class TGIAdmission:
             self._max_new = lambda req, n=int(max_new_tokens): n
         self.waiting_tokens = 0
         self._decode_next = False  # after a concatenating prefill the next pass decodes everyone
-        self.records: list[AdmissionRecord] = []
+        self.records: list[AdmissionRecord] = []  # a long-running server trims the oldest
+        self._steps = 0
 
     def _reserved(self, reqs) -> int:
         bs = self.config.block_size
@@ -293,7 +294,7 @@ class TGIAdmission:
             kind = "idle"
         self.records.append(
             AdmissionRecord(
-                len(self.records),
+                self._steps,
                 kind,
                 len(state.running),
                 len(admitted),
@@ -303,4 +304,5 @@ class TGIAdmission:
                 self._reserved(state.running),
             )
         )
+        self._steps += 1
         return plan

@@ -66,12 +66,9 @@ def to_params(service, body: Any) -> tuple[GenerateParams, bool]:
             raise validation(f"`{name}` is not implemented by the {STAND_IN}")
     if (body.get("n") or 1) != 1:
         raise validation("`n` must be 1")
-    try:
-        text = service.tok.apply_chat_template(body["messages"], add_generation_prompt=True, tokenize=False)
-    except Exception as e:  # noqa: BLE001 - a malformed message list
-        raise validation(f"cannot apply the chat template: {e}") from None
-    ids = service.tok.encode(text, add_special_tokens=False)
-    temperature = body.get("temperature")
+    from .protocol import _float
+
+    temperature = _float(body, "temperature")  # numbers are checked before any templating
     stop = body.get("stop")
     stop = [stop] if isinstance(stop, str) else (stop or [])
     max_new = body.get("max_completion_tokens") or body.get("max_tokens")
@@ -90,20 +87,24 @@ def to_params(service, body: Any) -> tuple[GenerateParams, bool]:
         raise validation("`temperature` must be >= 0")
     from .protocol import validate
 
+    try:
+        text = service.tok.apply_chat_template(body["messages"], add_generation_prompt=True, tokenize=False)
+    except Exception as e:  # noqa: BLE001 - a malformed message list
+        raise validation(f"cannot apply the chat template: {e}") from None
+    ids = service.tok.encode(text, add_special_tokens=False)
     stream = bool(body.get("stream"))
     p = validate({"inputs": "x", "parameters": params}, cfg, lambda _: ids, stream=stream)
     return p, stream
 
 
-async def chat_completion(service, body: Any, Slot, sse, headers: dict):
+async def chat_completion(service, body: Any, Slot, sse, headers: dict, request=None):
     """Answer one chat request (JSON, or SSE chunks ending with `data: [DONE]`)."""
     from starlette.responses import JSONResponse
 
     from .server import make_id
 
-    p, stream = to_params(service, body)
-    if p.grammar is not None:
-        service.grammars.compile(p.grammar)
+    # the chat template, the tokenizer and the grammar compile run off the event loop
+    p, stream = await service.off_loop(service.prepare_chat, body)
     created = int(time.time())
     cid = make_id()
     model = service.model_id
@@ -112,9 +113,11 @@ async def chat_completion(service, body: Any, Slot, sse, headers: dict):
     if not stream:
         p.details = True  # for the token counts in `usage`
         try:
-            out = await service.generate(p)
+            out = await service.generate_watched(p, request)
         finally:
             slot.__exit__()
+        if out is None:  # the client went away; nobody reads this
+            return JSONResponse({}, status_code=499, headers=headers)
         return JSONResponse(_complete(cid, created, model, out, p), headers=headers)
 
     async def chunks():

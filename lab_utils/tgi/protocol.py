@@ -7,6 +7,8 @@ parameters (real TGI ignores them) and the sampling options it does not implemen
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +67,76 @@ def validation(message: str) -> TGIError:
 
 OVERLOADED = ("Model is overloaded", 429, "overloaded")
 
+# TGI's `--payload-limit` default (bytes): a larger body is answered 413 before it is parsed.
+PAYLOAD_LIMIT = 2_000_000
+# serde_json's recursion limit, which TGI's router parses with: deeper JSON is a 422.
+MAX_JSON_DEPTH = 128
+# The smallest temperature the stand-in samples with: logits / 1e-300 overflow float32 to inf and
+# softmax turns them into NaN (real TGI accepts any positive value and divides in float32 too).
+MIN_TEMPERATURE = 1e-4
+# A TGI seed is a u64.
+MAX_SEED = 2**64 - 1
+# Characters per token no tokenizer beats on text: a longer `inputs` cannot fit max_input_tokens,
+# so it is refused before it is tokenized (the stand-in's guard on tokenizing work).
+MAX_CHARS_PER_TOKEN = 64
+
+
+def payload_too_large(limit: int) -> TGIError:
+    """The 413 for a body over the payload limit."""
+    return TGIError(
+        413, "payload_limit", f"Payload too large: the body must be at most {limit} bytes (--payload-limit)"
+    )
+
+
+def _no_constant(name: str):
+    raise ValueError(f"`{name}` is not valid JSON (non-finite numbers are rejected)")
+
+
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"the number {text[:40]} overflows a 64-bit float")
+    return v
+
+
+def _depth(obj: Any) -> int:
+    """How deeply lists and objects nest in `obj`, without recursion."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        node, d = stack.pop()
+        if isinstance(node, dict):
+            node = list(node.values())
+        elif not isinstance(node, list):
+            continue
+        deepest = max(deepest, d)
+        if d > MAX_JSON_DEPTH:
+            return d
+        stack.extend((child, d + 1) for child in node if isinstance(child, (dict, list)))
+    return deepest
+
+
+def parse_body(raw: bytes) -> Any:
+    """Parse a request body as TGI's router does; raises TGIError(422) for anything it refuses.
+
+    NaN, Infinity and numbers that overflow a float are not JSON (serde_json refuses them), and
+    nesting deeper than serde_json's limit is refused too.
+    """
+    try:
+        body = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise validation(
+            f"Failed to deserialize the JSON body: recursion limit exceeded (nesting deeper than "
+            f"{MAX_JSON_DEPTH})"
+        ) from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise validation(f"Failed to deserialize the JSON body: {e}") from None
+    if _depth(body) > MAX_JSON_DEPTH:
+        raise validation(
+            f"Failed to deserialize the JSON body: recursion limit exceeded (nesting deeper than "
+            f"{MAX_JSON_DEPTH})"
+        )
+    return body
+
 
 @dataclass
 class GenerateParams:
@@ -90,8 +162,13 @@ def _int(params: dict, name: str) -> int | None:
     v = params.get(name)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
-        raise validation(f"`{name}` must be an integer, got {v!r}")
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float))
+        or (isinstance(v, float) and not math.isfinite(v))
+        or int(v) != v
+    ):
+        raise validation(f"`{name}` must be an integer, got {_short(v)}")
     return int(v)
 
 
@@ -100,8 +177,19 @@ def _float(params: dict, name: str) -> float | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise validation(f"`{name}` must be a number, got {v!r}")
-    return float(v)
+        raise validation(f"`{name}` must be a number, got {_short(v)}")
+    try:
+        f = float(v)
+    except OverflowError:  # an integer too large for a float
+        f = math.inf
+    if not math.isfinite(f):
+        raise validation(f"`{name}` must be a finite number, got {_short(v)}")
+    return f
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def validate(body: Any, cfg: TGIConfig, tokenize, *, stream: bool) -> GenerateParams:
@@ -134,6 +222,11 @@ def validate(body: Any, cfg: TGIConfig, tokenize, *, stream: bool) -> GeneratePa
     temperature = _float(params, "temperature")
     if temperature is not None and temperature <= 0:
         raise validation("`temperature` must be strictly positive")
+    if temperature is not None and temperature < MIN_TEMPERATURE:
+        raise validation(
+            f"`temperature` must be >= {MIN_TEMPERATURE} in the {STAND_IN}: smaller values overflow "
+            f"float32 logits (set do_sample=false for greedy). Given: {temperature!r}"
+        )
     top_p = _float(params, "top_p")
     if top_p is not None and not 0 < top_p < 1:
         raise validation("`top_p` must be > 0.0 and < 1.0")
@@ -141,8 +234,8 @@ def validate(body: Any, cfg: TGIConfig, tokenize, *, stream: bool) -> GeneratePa
     if top_k is not None and top_k <= 0:
         raise validation("`top_k` must be strictly positive")
     seed = _int(params, "seed")
-    if seed is not None and seed < 0:
-        raise validation("`seed` must be positive")
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise validation(f"`seed` must be between 0 and 2**64-1 (a u64). Given: {_short(seed)}")
     do_sample = bool(params.get("do_sample") or False)
     # TGI samples when do_sample is set or any warper is given (server/.../utils/tokens.py).
     sampling = do_sample or temperature is not None or top_p is not None or top_k is not None
@@ -171,16 +264,31 @@ def validate(body: Any, cfg: TGIConfig, tokenize, *, stream: bool) -> GeneratePa
     if len(stop) > cfg.max_stop_sequences:
         raise validation(f"`stop` supports up to {cfg.max_stop_sequences} stop sequences. Given: {len(stop)}")
 
-    ids = list(tokenize(inputs))
     truncate = _int(params, "truncate")
-    if truncate is not None:
-        if not 0 < truncate <= cfg.max_input_tokens:
-            raise validation(
-                f"`truncate` must be strictly positive and less than {cfg.max_input_tokens}. "
-                f"Given: {truncate}"
-            )
-        ids = ids[-truncate:]
+    if truncate is not None and not 0 < truncate <= cfg.max_input_tokens:
+        raise validation(
+            f"`truncate` must be strictly positive and less than {cfg.max_input_tokens}. Given: {truncate}"
+        )
     max_new = _int(params, "max_new_tokens")
+    if max_new is not None and max_new <= 0:
+        raise validation("`max_new_tokens` must be strictly positive")
+    if max_new is not None and max_new >= cfg.max_total_tokens:  # no prompt leaves room for it
+        raise validation(
+            f"`inputs` tokens + `max_new_tokens` must be <= {cfg.max_total_tokens}. "
+            f"Given: {_short(max_new)} `max_new_tokens`"
+        )
+    max_chars = cfg.max_input_tokens * MAX_CHARS_PER_TOKEN
+    if truncate is None and len(inputs) > max_chars:
+        raise validation(
+            f"`inputs` must have less than {cfg.max_input_tokens} tokens. Given: {len(inputs)} characters, "
+            f"more than {MAX_CHARS_PER_TOKEN} per allowed token (refused before tokenizing)"
+        )
+    if truncate is not None and len(inputs) > truncate * MAX_CHARS_PER_TOKEN:
+        # only the end is kept: the last characters tokenize to the same last tokens
+        inputs = inputs[-truncate * MAX_CHARS_PER_TOKEN :]
+    ids = list(tokenize(inputs))
+    if truncate is not None:
+        ids = ids[-truncate:]
     if max_new is None:
         max_new = cfg.max_total_tokens - len(ids)  # TGI's default: whatever room is left
     if max_new <= 0:

@@ -10,17 +10,53 @@ Every response carries the header `x-served-by: llm-serving-lab TGI-protocol sta
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import random
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .admission import TGIConfig
 from .grammar import GrammarCompiler, GrammarError, GrammarLogitsProcessor
 from .metrics import Metrics
-from .protocol import STAND_IN, GenerateParams, TGIError, validate, validation
+from .protocol import (
+    PAYLOAD_LIMIT,
+    STAND_IN,
+    GenerateParams,
+    TGIError,
+    parse_body,
+    payload_too_large,
+    validate,
+    validation,
+)
 from .worker import EngineWorker, Job, LogprobRecorder
+
+# Seconds a request may take from arrival to its last token (queueing included); the stand-in's
+# own limit (`--request-timeout`): real TGI has none, a request runs until it ends or its client goes.
+REQUEST_TIMEOUT = 600.0
+# A body over the payload limit is read and dropped up to this size, so the client gets its 413
+# instead of a reset connection; beyond it the connection is closed.
+_DRAIN_LIMIT = 64 << 20
+
+
+class _Guard:
+    """Runs one request's logits processor; an exception marks THAT request failed (the worker
+    aborts it after the step) instead of failing the engine step for every request in the batch."""
+
+    def __init__(self, fn, fault: list) -> None:
+        self.fn, self.fault = fn, fault
+
+    def __call__(self, output_token_ids, logits):
+        if self.fault:
+            return logits
+        try:
+            return self.fn(output_token_ids, logits)
+        except Exception as e:  # noqa: BLE001 - reported to this request only
+            self.fault.append(f"{type(e).__name__}: {e}")
+            return logits
+
 
 HEADERS = {"x-served-by": STAND_IN}
 
@@ -29,12 +65,27 @@ class Service:
     """Everything a request handler needs: the worker, the tokenizer, the limits."""
 
     def __init__(
-        self, worker: EngineWorker, config: TGIConfig, model_id: str, api_key: str | None = None
+        self,
+        worker: EngineWorker,
+        config: TGIConfig,
+        model_id: str,
+        api_key: str | None = None,
+        *,
+        payload_limit: int = PAYLOAD_LIMIT,
+        request_timeout: float = REQUEST_TIMEOUT,
     ) -> None:
+        if not payload_limit >= 1:
+            raise ValueError(f"payload_limit must be a positive number of bytes, got {payload_limit!r}")
+        if not request_timeout > 0:
+            raise ValueError(f"request_timeout must be positive seconds, got {request_timeout!r}")
         self.worker = worker
         self.config = config
         self.model_id = model_id
         self.api_key = api_key
+        self.payload_limit = int(payload_limit)
+        self.request_timeout = float(request_timeout)
+        # parsing, tokenizing, chat templates and grammar compiles: never on the event loop
+        self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tgi-validate")
         self.engine = worker.engine
         self.tok = self.engine.tokenizer
         self.metrics: Metrics = worker.metrics
@@ -43,18 +94,50 @@ class Service:
         self.special_ids = set(getattr(self.tok, "all_special_ids", []) or [])
         self.in_flight = 0
 
-    # ------------------------------------------------------------------ one generation
-    def _sampling_params(self, p: GenerateParams, seed: int | None, recorder: LogprobRecorder):
-        from lab_utils.engine import SamplingParams
+    # ------------------------------------------------------------------ off the event loop
+    async def off_loop(self, fn, *args):
+        """`fn(*args)` on the validation threads, so the event loop keeps answering (/health)."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
-        procs = []
-        if p.grammar is not None:
+    def _compile(self, p: GenerateParams) -> GenerateParams:
+        if p.grammar is not None and "compiled_grammar" not in p.extra:
             try:
-                compiled = self.grammars.compile(p.grammar)
+                p.extra["compiled_grammar"] = self.grammars.compile(p.grammar)
             except GrammarError as e:
                 raise validation(str(e)) from None
-            procs.append(GrammarLogitsProcessor(compiled, self.vocab_size))
-        procs.append(recorder)  # after the grammar: it reports the masked distribution
+        return p
+
+    def prepare(self, body: Any, stream: bool) -> GenerateParams:
+        """Validate, tokenize and compile the grammar of a `/generate` body (runs off the loop)."""
+        try:
+            return self._compile(validate(body, self.config, self.tok.encode, stream=stream))
+        except TGIError:
+            self.metrics.inc("tgi_request_failure", err="validation")
+            raise
+
+    def prepare_chat(self, body: Any) -> tuple[GenerateParams, bool]:
+        """The same for a Messages API body: template, tokenize, compile (runs off the loop)."""
+        from .chat import to_params
+
+        try:
+            p, stream = to_params(self, body)
+            return self._compile(p), stream
+        except TGIError:
+            self.metrics.inc("tgi_request_failure", err="validation")
+            raise
+
+    # ------------------------------------------------------------------ one generation
+    def _sampling_params(
+        self, p: GenerateParams, seed: int | None, recorder: LogprobRecorder, fault: list | None = None
+    ):
+        from lab_utils.engine import SamplingParams
+
+        fault = [] if fault is None else fault
+        procs = []
+        if p.grammar is not None:
+            compiled = self._compile(p).extra["compiled_grammar"]
+            procs.append(_Guard(GrammarLogitsProcessor(compiled, self.vocab_size), fault))
+        procs.append(_Guard(recorder, fault))  # after the grammar: it reports the masked distribution
         return SamplingParams(
             temperature=p.temperature,
             top_k=p.top_k,
@@ -67,8 +150,10 @@ class Service:
 
     def start_job(self, p: GenerateParams, seed: int | None) -> Job:
         recorder = LogprobRecorder(p.top_n_tokens)
-        sp = self._sampling_params(p, seed, recorder)
-        job = Job(p.input_ids, sp, asyncio.get_running_loop(), asyncio.Queue(), recorder)
+        fault: list[str] = []
+        sp = self._sampling_params(p, seed, recorder, fault)
+        job = Job(p.input_ids, sp, asyncio.get_running_loop(), asyncio.Queue(), recorder, fault=fault)
+        job.deadline = job.arrival + self.request_timeout
         self.worker.submit(job)
         self.metrics.observe("tgi_request_input_length", len(p.input_ids))
         self.metrics.observe("tgi_request_max_new_tokens", p.max_new_tokens)
@@ -116,6 +201,9 @@ class Service:
             elif kind == "error":
                 self.metrics.inc("tgi_request_failure", err="generation")
                 raise TGIError(424, "generation", value)
+            elif kind == "timeout":
+                self.metrics.inc("tgi_request_failure", err="timeout")
+                raise TGIError(408, "timeout", value)
             else:
                 raise TGIError(424, "generation", "request cancelled")
 
@@ -142,10 +230,15 @@ class Service:
     async def generate(self, p: GenerateParams) -> dict:
         """A TGI GenerateResponse ({"generated_text", "details"?})."""
         runs = []
-        for _ in range(p.best_of):
-            seed = self.seed_for(p)
-            runs.append((seed, self.start_job(p, seed)))
-        results = [await self.collect(job) for _, job in runs]
+        try:
+            for _ in range(p.best_of):
+                seed = self.seed_for(p)
+                runs.append((seed, self.start_job(p, seed)))
+            results = [await self.collect(job) for _, job in runs]
+        finally:  # an error, a timeout or a cancelled handler: the worker aborts what still runs
+            for _, job in runs:
+                if job.finished is None:
+                    job.cancelled = True
         # best_of: n samples, keep the one with the highest total log-probability (TGI's rule).
         scores = [sum(job.recorder.logprobs) for _, job in runs]
         best = max(range(len(runs)), key=scores.__getitem__)
@@ -162,6 +255,27 @@ class Service:
                     if i != best
                 ]
         return out
+
+    async def generate_watched(self, p: GenerateParams, request: Any = None) -> dict | None:
+        """`generate`, cancelled (and its KV blocks freed) if the client disconnects: None then."""
+        if request is None:
+            return await self.generate(p)
+        gen = asyncio.ensure_future(self.generate(p))
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait({gen, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not gen.done():
+                gen.cancel()
+        if not gen.done() or gen.cancelled():
+            try:
+                await gen
+            except asyncio.CancelledError:
+                pass
+            self.metrics.inc("tgi_request_failure", err="cancelled")
+            return None
+        return gen.result()
 
     async def stream(self, p: GenerateParams):
         """TGI's StreamResponse events, one per token; the last has generated_text and details."""
@@ -208,8 +322,9 @@ class Service:
                 yield pending
                 return
             else:
-                self.metrics.inc("tgi_request_failure", err="generation")
-                yield {"error": str(value), "error_type": "generation"}
+                err = "timeout" if kind == "timeout" else "generation"
+                self.metrics.inc("tgi_request_failure", err=err)
+                yield {"error": str(value or "request cancelled"), "error_type": err}
                 return
 
     def info(self) -> dict:
@@ -272,13 +387,29 @@ def build_app(service: Service):
         return StreamingResponse(gen(), media_type="text/event-stream", headers=HEADERS)
 
     async def read_json(request: Request) -> Any:
-        try:
-            return json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError) as e:
-            raise validation(f"Failed to deserialize the JSON body: {e}") from None
+        """The body, at most payload_limit bytes (413 beyond), parsed off the event loop (422)."""
+        limit = service.payload_limit
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > _DRAIN_LIMIT:
+            raise payload_too_large(limit)
+        parts, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                if size > _DRAIN_LIMIT:
+                    break
+                parts.clear()  # keep reading to the end, keeping nothing, so the 413 is heard
+                continue
+            parts.append(chunk)
+        if size > limit:
+            raise payload_too_large(limit)
+        return await service.off_loop(parse_body, b"".join(parts))
 
     def check_key(request: Request) -> None:
-        if service.api_key and request.headers.get("authorization") != f"Bearer {service.api_key}":
+        if not service.api_key:
+            return
+        sent = request.headers.get("authorization", "").encode("utf-8", "replace")
+        if not hmac.compare_digest(sent, f"Bearer {service.api_key}".encode()):  # constant time
             raise TGIError(401, "authentication", "Unauthorized: send 'Authorization: Bearer <api key>'")
 
     class Slot:
@@ -303,19 +434,17 @@ def build_app(service: Service):
                 stream = bool(isinstance(body, dict) and body.get("stream"))
             elif isinstance(body, dict):
                 body = {k: v for k, v in body.items() if k != "stream"}
-            try:
-                p = validate(body, cfg, service.tok.encode, stream=stream)
-            except TGIError:
-                service.metrics.inc("tgi_request_failure", err="validation")
-                raise
-            if p.grammar is not None:  # a broken grammar is a 422 before any slot or stream starts
-                service.grammars.compile(p.grammar)
+            # validation, tokenizing and the grammar compile (a broken grammar is a 422 before any
+            # slot or stream starts), all on the validation threads
+            p = await service.off_loop(service.prepare, body, stream)
             slot = Slot().__enter__()
             if not stream:
                 try:
-                    out = await service.generate(p)
+                    out = await service.generate_watched(p, request)
                 finally:
                     slot.__exit__()
+                if out is None:  # the client went away; nobody reads this
+                    return JSONResponse({}, status_code=499, headers=HEADERS)
                 if request.url.path == "/":
                     return JSONResponse([out], headers=HEADERS)
                 return JSONResponse(out, headers=HEADERS)
@@ -356,6 +485,11 @@ def build_app(service: Service):
             {
                 "router": STAND_IN,
                 "steps": list(service.worker.batch_log),
+                "kv_blocks": {
+                    "total": service.engine.scheduler.kv.num_blocks,
+                    "free": service.engine.scheduler.kv.num_free_blocks,
+                },
+                "in_flight": service.in_flight,
                 "note": "not a TGI route: the stand-in's per-step admission log",
             },
             headers=HEADERS,
@@ -367,7 +501,7 @@ def build_app(service: Service):
         try:
             check_key(request)
             body = await read_json(request)
-            return await chat_completion(service, body, Slot, sse, HEADERS)
+            return await chat_completion(service, body, Slot, sse, HEADERS, request)
         except TGIError as e:
             return error(e)
         except GrammarError as e:
@@ -384,6 +518,14 @@ def build_app(service: Service):
         Route("/v1/chat/completions", chat, methods=["POST"]),
     ]
     return Starlette(routes=routes)
+
+
+async def _disconnected(request: Any) -> None:
+    """Return when the client of a request whose body was read disconnects."""
+    while True:
+        message = await request.receive()
+        if message.get("type") == "http.disconnect":
+            return
 
 
 def make_id() -> str:

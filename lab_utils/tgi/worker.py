@@ -8,7 +8,9 @@ policy) and pushes every new token back to the job's asyncio queue.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
+import math
 import queue
 import threading
 import time
@@ -17,6 +19,10 @@ from typing import Any
 
 from .admission import TGIAdmission, TGIConfig
 from .metrics import Metrics
+
+# Rows kept in the per-step log, and records kept by the admission policy and the engine: the
+# stand-in runs for hours in a lab, so what it remembers for plots is bounded.
+BATCH_LOG_ROWS = 10_000
 
 
 class LogprobRecorder:
@@ -66,9 +72,15 @@ class Job:
     finished: float | None = None
     sent: int = 0  # tokens already pushed
     cancelled: bool = False
+    # what went wrong inside this request's own step work (its logits processors); see server._Guard
+    fault: list = field(default_factory=list)
+    deadline: float = math.inf  # time.monotonic() by which it must be done (queueing included)
 
     def push(self, event: tuple) -> None:
-        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        except RuntimeError:  # the handler's loop is closed: nobody is listening any more
+            pass
 
 
 class EngineWorker:
@@ -84,7 +96,8 @@ class EngineWorker:
         self._ids = itertools.count()
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="tgi-engine", daemon=True)
-        self.batch_log: list[dict] = []  # one row per step: time, kind, batch size, queue length
+        # one row per step: time, kind, batch size, queue length (the last BATCH_LOG_ROWS steps)
+        self.batch_log: collections.deque[dict] = collections.deque(maxlen=BATCH_LOG_ROWS)
         self.t0 = time.monotonic()
 
     def start(self) -> None:
@@ -106,6 +119,8 @@ class EngineWorker:
         while True:
             if job.cancelled:
                 job.push(("cancelled", None))
+            elif time.monotonic() > job.deadline:
+                job.push(("timeout", "Request timed out before it was scheduled"))
             else:
                 try:
                     self.engine.add_request(
@@ -123,9 +138,15 @@ class EngineWorker:
         eng = self.engine
         while not self._stop.is_set():
             self._drain_inbox(block=not eng.has_unfinished_requests())
-            for rid in [r for r, j in self.jobs.items() if j.cancelled]:
-                eng.abort_request(rid)
-                self.jobs.pop(rid).push(("cancelled", None))
+            now = time.monotonic()
+            for rid in [r for r, j in self.jobs.items() if j.cancelled or now > j.deadline]:
+                eng.abort_request(rid)  # frees its KV blocks now
+                job = self.jobs.pop(rid)
+                if job.cancelled:
+                    job.push(("cancelled", None))
+                else:
+                    self.metrics.inc("tgi_request_timeout")
+                    job.push(("timeout", "Request timed out after its deadline (--request-timeout)"))
             if not eng.has_unfinished_requests():
                 continue
             sched = eng.scheduler
@@ -162,8 +183,14 @@ class EngineWorker:
                     "admitted": rec.admitted if rec else 0,
                 }
             )
+            self._trim()
             finished = {o.request_id: o for o in outputs}
             for rid, job in list(self.jobs.items()):
+                if job.fault:  # its own logits processor failed: it alone fails, the batch goes on
+                    eng.abort_request(rid)
+                    self.jobs.pop(rid)
+                    job.push(("error", f"Request failed during generation: {job.fault[0]}"))
+                    continue
                 req = eng._requests.get(rid)
                 out = finished.get(rid)
                 ids = out.outputs[0].token_ids if out is not None else (req.output_token_ids if req else [])
@@ -180,3 +207,13 @@ class EngineWorker:
                     c = out.outputs[0]
                     job.push(("done", (c.finish_reason, c.stop_reason, c.text)))
                     self.jobs.pop(rid)
+
+    def _trim(self) -> None:
+        """Keep the policy's and the engine's per-request records bounded."""
+        records = self.policy.records
+        if len(records) > 2 * BATCH_LOG_ROWS:
+            del records[:-BATCH_LOG_ROWS]
+        stats = getattr(self.engine, "request_stats", None)
+        if isinstance(stats, dict) and len(stats) > 2 * BATCH_LOG_ROWS:
+            for rid in list(itertools.islice(stats, len(stats) - BATCH_LOG_ROWS)):
+                del stats[rid]
