@@ -22,12 +22,22 @@ STAMP       := $(VENV)/.installed-$(if $(GPU),gpu,cpu)
 LAB_PORT    ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: setup lab test test-fast labs model venv triton-env test-tools clean-venv gpu-check
+.PHONY: setup lab test test-fast labs model venv triton-env sandbox test-tools clean-venv gpu-check release
 
 # Every lab's set-up in CPU mode; idempotent (a second run takes seconds). `python -m lab_utils.setup`
 # reports the same steps, and a lab's setup cell offers to run a missing one from the notebook.
-setup: venv model triton-env
+setup: venv model triton-env sandbox
 	@$(PY) -m lab_utils.setup
+
+# bubblewrap (Debian's `bubblewrap`): the grader runs every learner's code inside it (grader/sandbox.py).
+# Installed as root with apt like the other system tools; elsewhere the grader says what to install.
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
+	     (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1)) || \
+	    echo "note: bubblewrap not installed; the grader will refuse to grade without --no-sandbox"; \
+	  else echo "note: bwrap not found (apt-get install bubblewrap); the grader needs it to grade"; fi; }
 
 venv: $(STAMP)
 
@@ -88,3 +98,9 @@ labs: venv
 
 clean-venv:
 	rm -rf $(VENV) .venv-triton
+
+# The learner's copy an instructor hands a class: labs, the learner side of lab_utils, set-up files;
+# no solutions, no grader/ (hidden checks, references, judge), no tests. `make lab` works inside it.
+release:
+	@test -n "$(OUT)" || { echo "usage: make release OUT=DIR"; exit 2; }
+	$(PYTHON) scripts/release.py "$(OUT)"

@@ -60,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         help="bytes a notebook may write outside its private /tmp, in MB (default 512)",
     )
     g.add_argument(
+        "--tmp-mb",
+        type=int,
+        default=4096,
+        help="size of each run's private /tmp, its working folder (in memory), in MB (default 4096)",
+    )
+    g.add_argument(
         "--no-sandbox",
         action="store_true",
         help="run learner code without bubblewrap (only where it cannot run: a hostile notebook "
@@ -117,10 +123,13 @@ def main(argv: list[str] | None = None) -> int:
             ray_address=args.ray_address,
             sandboxed=not args.no_sandbox,
             disk_mb=args.disk_mb,
+            tmp_mb=args.tmp_mb,
             progress=lambda line: print(line, flush=True),
         )
     except KeyboardInterrupt:
-        print("interrupted: every grade that finished is saved; run the same command to go on", file=sys.stderr)
+        print(
+            "interrupted: every grade that finished is saved; run the same command to go on", file=sys.stderr
+        )
         return 130
     except (ValueError, RuntimeError) as exc:  # bad arguments, no sandbox, or Ray did not start
         print(f"error: {exc}", file=sys.stderr)

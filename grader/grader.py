@@ -126,7 +126,12 @@ def discover(submissions: Path) -> tuple[list[Job], list[str]]:
     for p in sorted(submissions.iterdir()):
         if p.is_symlink():  # a link to / or to another student's folder: a row that says so, no run
             jobs.append(
-                Job(p.name, "--", p, Status.REFUSED.text("the student folder is a symbolic link; hand in a real folder"))
+                Job(
+                    p.name,
+                    "--",
+                    p,
+                    Status.REFUSED.text("the student folder is a symbolic link; hand in a real folder"),
+                )
             )
             continue
         if not p.is_dir():
@@ -874,6 +879,7 @@ def grade_class(
     ray_address: str | None = None,
     sandboxed: bool = True,
     disk_mb: int = 512,
+    tmp_mb: int = 4096,
 ) -> list[Outcome]:
     """Grade every notebook under `submissions` into `out`; returns the outcomes.
 
@@ -899,6 +905,7 @@ def grade_class(
         seed=seed,
         sandboxed=sandboxed,
         disk_mb=disk_mb,
+        tmp_mb=tmp_mb,
         protect=[submissions],
     )
     if not sandboxed:

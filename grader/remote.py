@@ -90,7 +90,7 @@ class Runner:
             inside = "/tmp/in/answers"
         cmd = [python, "-m", "lab_utils.grading.sandboxed", "--answers", inside, "--forbid", *forbid]
         if sandbox is not None:
-            cmd = sandbox.wrap(cmd)
+            cmd = sandbox.wrap(cmd, env)
         self._log = open(log, "ab")
         self.proc = subprocess.Popen(
             guarded(cmd),

@@ -183,11 +183,13 @@ class Sandbox:
             opts += ["--setenv", key, value]
         return opts
 
-    def wrap(self, cmd: list[str]) -> list[str]:
-        """`cmd` run inside this sandbox."""
+    def wrap(self, cmd: list[str], env: dict | None = None) -> list[str]:
+        """`cmd` run inside this sandbox with exactly `env` (plus `self.env`) as its environment."""
         exe = _bwrap()
         if exe is None:
             raise RuntimeError(sandbox_problem())
+        if env:
+            self.env = {**env, **self.env}
         return [exe, *self.options(), "--", *cmd]
 
 
@@ -297,7 +299,7 @@ def run_limited(
     Returns (exit code, None) when it finished, or (None, Status.TIMEOUT | MEMORY_LIMIT | DISK_LIMIT)
     when it was stopped. A negative exit code is the signal that ended it.
     """
-    inner = sandbox.wrap(cmd) if sandbox is not None else cmd
+    inner = sandbox.wrap(cmd, env) if sandbox is not None else cmd
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             guarded(inner),

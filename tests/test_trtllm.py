@@ -329,7 +329,7 @@ def _solution_namespace(scen: dict) -> dict:
         scen["seq_len"],
         scen["tokens_per_block"],
     )
-    from lab_utils.grading.questions.lab08 import _course_matrix
+    from grader.hidden.lab08 import _course_matrix
 
     w = _course_matrix(scen["layer"], scen["proj"])
     return {
@@ -417,8 +417,8 @@ def test_lab08_solution_answers_score_full_and_mistakes_do_not(seed):
 
 
 def test_lab08_scenario_references_agree_with_the_library():
+    from grader.hidden import lab08
     from lab_utils.grading import lab_scenario
-    from lab_utils.grading.questions import lab08
 
     for seed in range(8):
         scen = lab_scenario("08", seed)

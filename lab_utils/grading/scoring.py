@@ -79,6 +79,8 @@ def _code_objects(obj) -> set:
 
 _LIB = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../lab_utils
 _SYSTEM = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+# the instructor's hidden checks, when the course's own tests run them in-process (grader.judge)
+_HIDDEN_DIR = os.sep + os.path.join("grader", "hidden") + os.sep
 
 
 def _is_learner_code(code) -> bool:
@@ -134,11 +136,12 @@ class _CallWatch:
         if event == "call" and self.hit is None and frame.f_code in self.codes:
             caller = frame.f_back
             while caller is not None:
+                name = caller.f_code.co_filename
+                if "grading" in name and "questions" in name or _HIDDEN_DIR in name:
+                    return  # the check itself computing the reference
                 if _is_learner_code(caller.f_code):
                     self.hit = self.codes[frame.f_code]
                     return
-                if "grading" in caller.f_code.co_filename and "questions" in caller.f_code.co_filename:
-                    return  # the check itself computing the reference
                 caller = caller.f_back
 
     def __enter__(self):
