@@ -188,13 +188,16 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
             chat = "messages" in body
             if chat:  # like vLLM: a first chunk with the role and no text
                 self._event({"choices": [{"delta": {"role": "assistant", "content": ""}}]})
+            delay = float(body.get("delay", 0.005))  # per chunk (tests send it as extra_body)
             for i in range(n):
-                time.sleep(0.005)
+                time.sleep(delay)
                 choice = {"delta": {"content": f"w{i} "}} if chat else {"text": f"w{i} "}
                 self._event({"choices": [choice]})
             self._event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": n}})
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
+            self.close_connection = True
+        except (BrokenPipeError, ConnectionResetError):  # the client left (an interrupted run)
             self.close_connection = True
         finally:
             with st["lock"]:
@@ -261,6 +264,92 @@ def test_open_loop_poisson_is_seeded(fake_server):
     assert res.summary.num_ok == 5 and res.settings["rate"] == 200.0
     starts = [r.start for r in res.records]
     assert starts == sorted(starts)
+
+
+def test_open_loop_latency_includes_queueing_behind_the_concurrency_cap(fake_server):
+    """Coordinated omission: 6 requests arrive together-ish, the client lets one through at a time.
+
+    Each takes about 0.2 s on the server, so the k-th waits about k x 0.2 s in the client. The
+    reported latency counts from its scheduled arrival, so that wait is in it.
+    """
+    import random
+
+    url, state = fake_server
+    n, rate, seed = 6, 50.0, 7
+    res = run_load(
+        url,
+        "m",
+        ["x"],
+        num_requests=n,
+        rate=rate,
+        concurrency=1,
+        max_tokens=10,
+        seed=seed,
+        extra_body={"delay": 0.02},
+    )
+    assert res.summary.num_ok == n and state["max_in_flight"] == 1
+    rng, at, schedule = random.Random(seed), 0.0, []
+    for _ in range(n):
+        schedule.append(at)
+        at += rng.expovariate(rate)
+    recs = res.records
+    assert [r.start for r in recs] == pytest.approx(schedule)  # the intended send times
+    for r in recs:
+        assert r.sent >= r.start - 0.01 and r.send_lag == pytest.approx(r.sent - r.start)
+        assert r.e2e == pytest.approx(r.finish - r.start)  # measured from the schedule
+    service = [r.finish - r.sent for r in recs]  # what timing from the send would have shown
+    last = recs[-1]
+    # the last one queued behind the others: most of its latency is that wait
+    assert last.send_lag > 0.5 * sum(service[:-1]) and last.send_lag > 0.5
+    assert last.e2e > last.finish - last.sent + 0.5
+    assert res.summary.e2e_p95 > max(service) + 0.3
+    assert res.summary.send_lag_max == pytest.approx(max(r.send_lag for r in recs))
+    assert res.summary.send_lag_p50 > 0.1
+    again = type(res).from_raw(res.raw_samples())  # the grader's path keeps the send times
+    assert again.records[-1].sent == last.sent and again.summary.send_lag_max == res.summary.send_lag_max
+
+
+def test_closed_loop_sends_at_once_so_lag_is_zero(fake_server):
+    url, _ = fake_server
+    res = run_load(url, "m", ["x"], num_requests=3, concurrency=1, max_tokens=2)
+    assert all(r.send_lag is not None and 0 <= r.send_lag < 0.05 for r in res.records)
+
+
+def test_timeout_is_one_deadline_for_the_whole_request(fake_server):
+    url, _ = fake_server
+    t0 = time.monotonic()
+    # every chunk comes within 0.3 s (no per-read timeout fires) but the whole answer needs 3 s
+    res = run_load(
+        url, "m", ["x"], num_requests=1, concurrency=1, max_tokens=10, timeout=1.0, extra_body={"delay": 0.3}
+    )
+    assert time.monotonic() - t0 < 2.5
+    rec = res.records[0]
+    assert not rec.ok and rec.error.startswith("Timeout") and rec.finish is None
+    assert 0 < len(rec.chunk_times) < 10
+
+
+def test_interrupting_a_notebook_run_stops_the_load_and_closes_connections(fake_server, monkeypatch):
+    import signal
+
+    from lab_utils import asyncrun
+
+    url, state = fake_server
+    monkeypatch.setattr(asyncrun, "_loop_running", lambda: True)  # as in a kernel: the thread path
+    main = threading.main_thread().ident
+    timer = threading.Timer(0.6, lambda: signal.pthread_kill(main, signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_load(url, "m", ["x"], num_requests=200, concurrency=4, max_tokens=100, extra_body={"delay": 0.02})
+    assert time.monotonic() - t0 < 10
+    assert not [t for t in threading.enumerate() if t.name == "lab-run-coroutine" and t.is_alive()]
+    sent = len(state["bodies"])
+    deadline = time.monotonic() + 5
+    while state["in_flight"] and time.monotonic() < deadline:  # the server sees the sockets close
+        time.sleep(0.05)
+    assert state["in_flight"] == 0
+    time.sleep(0.3)
+    assert len(state["bodies"]) == sent < 200  # and nothing more is sent
 
 
 @pytest.mark.parametrize(

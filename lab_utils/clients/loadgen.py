@@ -15,6 +15,12 @@ Every request streams, so the client sees each token arrive:
           TTFT              ITL      ITL               (E2E = finish - start)
     TPOT = (E2E - TTFT) / (output tokens - 1)     # mean time per output token after the first
 
+In open loop, `start` is the request's INTENDED send time on the arrival schedule, not the moment
+it got through the client's concurrency cap: a request that waits in the client for a free slot
+has that wait in its TTFT and E2E, as a user would. Timing from the actual send instead leaves the
+queueing out (coordinated omission: the slow moments get fewer samples and look fast). Each record
+keeps `sent` too, and the summary reports how far sends lagged their schedule (`send_lag_*`).
+
     result = run_load(srv.base_url, srv.model_name, prompts, concurrency=8, max_tokens=64)
     result.summary.ttft_p95, result.summary.output_tokens_per_s, result.records[0].first_token
 """
@@ -37,6 +43,7 @@ class RequestRecord:
     """One request as the client saw it; times are seconds since the run started."""
 
     request_id: int
+    # open loop: the intended send time on the arrival schedule; closed loop: when it was sent
     start: float
     first_token: float | None = None
     finish: float | None = None
@@ -47,6 +54,13 @@ class RequestRecord:
     prompt_tokens: int | None = None
     text: str = ""
     error: str | None = None
+    # when the request really left the client (after any wait for the concurrency cap)
+    sent: float | None = None
+
+    @property
+    def send_lag(self) -> float | None:
+        """How late it was sent against its schedule (s): client-side queueing and loop delay."""
+        return None if self.sent is None else self.sent - self.start
 
     @property
     def ok(self) -> bool:
@@ -80,7 +94,7 @@ class RequestRecord:
         d = asdict(self)
         d.pop("chunk_times")
         d.pop("text")
-        d.update(ttft=self.ttft, e2e=self.e2e, tpot=self.tpot)
+        d.update(ttft=self.ttft, e2e=self.e2e, tpot=self.tpot, send_lag=self.send_lag)
         return d
 
 
@@ -108,6 +122,10 @@ class LoadSummary:
     e2e_p50: float
     e2e_p95: float
     errors: list[str] = field(default_factory=list)
+    # sent - start per request: how far sends lagged the schedule (0 in closed loop)
+    send_lag_p50: float = math.nan
+    send_lag_p95: float = math.nan
+    send_lag_max: float = math.nan
 
     def to_dict(self) -> dict:
         """A plain dict of every field."""
@@ -129,6 +147,7 @@ def summarize(records: Sequence[RequestRecord], duration_s: float | None = None)
     itl = [g for r in ok for g in r.itl]
     e2e = [r.e2e for r in ok if r.e2e is not None]
     out_tokens = sum(r.output_tokens for r in ok)
+    lags = [r.send_lag for r in records if r.send_lag is not None]
     per_s = (lambda n: n / duration_s) if duration_s > 0 else (lambda n: math.nan)
     return LoadSummary(
         num_requests=len(records),
@@ -151,6 +170,9 @@ def summarize(records: Sequence[RequestRecord], duration_s: float | None = None)
         e2e_p50=percentile(e2e, 50),
         e2e_p95=percentile(e2e, 95),
         errors=[f"request {r.request_id}: {r.error}" for r in records if r.error],
+        send_lag_p50=percentile(lags, 50),
+        send_lag_p95=percentile(lags, 95),
+        send_lag_max=max(lags) if lags else math.nan,
     )
 
 
@@ -180,6 +202,7 @@ class LoadResult:
                     "output_tokens": r.output_tokens,
                     "prompt_tokens": r.prompt_tokens,
                     "error": r.error,
+                    "sent": r.sent,
                 }
                 for r in self.records
             ],
@@ -198,6 +221,7 @@ class LoadResult:
                 output_tokens=d["output_tokens"],
                 prompt_tokens=d["prompt_tokens"],
                 error=d["error"],
+                sent=d.get("sent"),
             )
             for d in raw["records"]
         ]
@@ -259,40 +283,53 @@ def _chunk_text(endpoint: str, event: dict) -> str:
 async def _one_request(
     client, url: str, headers: dict, body: dict, endpoint: str, rec: RequestRecord, t0: float, timeout: float
 ) -> None:
-    chunks = 0
+    """Send one streaming request and fill `rec`; `timeout` is ONE deadline for all of it."""
+    if rec.sent is None:
+        rec.sent = time.perf_counter() - t0
     try:
-        async with client.stream("POST", url, json=body, headers=headers, timeout=timeout) as resp:
-            if resp.status_code != 200:
-                detail = (await resp.aread()).decode("utf-8", "replace")[:300]
-                rec.error = f"HTTP {resp.status_code}: {detail}"
-                return
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                event = json.loads(data)
-                if "error" in event:
-                    rec.error = str(event["error"])[:300]
-                    return
-                text = _chunk_text(endpoint, event)
-                if text:
-                    now = time.perf_counter() - t0
-                    if rec.first_token is None:
-                        rec.first_token = now
-                    rec.chunk_times.append(now)
-                    rec.text += text
-                    chunks += 1
-                usage = event.get("usage")
-                if usage:
-                    rec.output_tokens = int(usage.get("completion_tokens") or 0)
-                    rec.prompt_tokens = usage.get("prompt_tokens")
-        if rec.output_tokens == 0:
-            rec.output_tokens = chunks
-        rec.finish = time.perf_counter() - t0
+        async with asyncio.timeout(timeout):  # connect + every chunk + the end, together
+            await _stream(client, url, headers, body, endpoint, rec, t0, timeout)
+    except TimeoutError:
+        rec.finish = None
+        rec.error = f"Timeout: no complete answer within {timeout:g} s of sending"
     except Exception as exc:  # a load test reports failures, it does not stop at the first one
         rec.error = f"{type(exc).__name__}: {exc}"[:300]
+
+
+async def _stream(
+    client, url: str, headers: dict, body: dict, endpoint: str, rec: RequestRecord, t0: float, timeout: float
+) -> None:
+    chunks = 0
+    async with client.stream("POST", url, json=body, headers=headers, timeout=timeout) as resp:
+        if resp.status_code != 200:
+            detail = (await resp.aread()).decode("utf-8", "replace")[:300]
+            rec.error = f"HTTP {resp.status_code}: {detail}"
+            return
+        async for line in resp.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            event = json.loads(data)
+            if "error" in event:
+                rec.error = str(event["error"])[:300]
+                return
+            text = _chunk_text(endpoint, event)
+            if text:
+                now = time.perf_counter() - t0
+                if rec.first_token is None:
+                    rec.first_token = now
+                rec.chunk_times.append(now)
+                rec.text += text
+                chunks += 1
+            usage = event.get("usage")
+            if usage:
+                rec.output_tokens = int(usage.get("completion_tokens") or 0)
+                rec.prompt_tokens = usage.get("prompt_tokens")
+    if rec.output_tokens == 0:
+        rec.output_tokens = chunks
+    rec.finish = time.perf_counter() - t0
 
 
 async def run_load_async(
@@ -318,7 +355,9 @@ async def run_load_async(
         base_url: the server's OpenAI base URL, ending in /v1.
         concurrency: closed loop: this many requests in flight at all times.
         rate: open loop: Poisson arrivals at this many requests/s (concurrency, if also given,
-            caps the requests in flight).
+            caps the requests in flight). Latencies count from each request's scheduled arrival,
+            so time spent waiting for the cap is in them; `summary.send_lag_*` says how long.
+        timeout: one deadline (s) per request, from its send to its last byte.
         endpoint: "completions" (prompt text) or "chat" (messages; a string becomes one user turn).
         ignore_eos: ask vLLM to always generate max_tokens (same work for every request).
     """
@@ -349,36 +388,51 @@ async def run_load_async(
 
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
 
-        def launch(i: int) -> asyncio.Task:
-            rec = RequestRecord(request_id=i, start=time.perf_counter() - t0)
+        def record(i: int, start: float) -> tuple[RequestRecord, dict]:
+            rec = RequestRecord(request_id=i, start=start)
             records.append(rec)
             body = _payload(
                 endpoint, model, prompts[i % len(prompts)], max_tokens, temperature, ignore_eos, extra_body
             )
-            return asyncio.ensure_future(_one_request(client, url, headers, body, endpoint, rec, t0, timeout))
+            return rec, body
 
-        if rate is None:  # closed loop: `in_flight` workers pull the next request id
-            next_id = iter(range(n))
+        async def send(rec: RequestRecord, body: dict) -> None:
+            await _one_request(client, url, headers, body, endpoint, rec, t0, timeout)
 
-            async def worker() -> None:
-                for i in next_id:
-                    await launch(i)
+        tasks: list[asyncio.Task] = []
+        try:
+            if rate is None:  # closed loop: `in_flight` workers pull the next request id
+                next_id = iter(range(n))
 
-            await asyncio.gather(*(worker() for _ in range(min(in_flight, n))))
-        else:  # open loop: exponential gaps between arrivals, optionally capped in flight
-            rng = random.Random(seed)
-            gate = asyncio.Semaphore(in_flight)
-            tasks = []
+                async def worker() -> None:
+                    for i in next_id:
+                        await send(*record(i, time.perf_counter() - t0))
 
-            async def gated(i: int) -> None:
-                async with gate:
-                    await launch(i)
+                tasks = [asyncio.ensure_future(worker()) for _ in range(min(in_flight, n))]
+                await asyncio.gather(*tasks)
+            else:  # open loop: Poisson arrivals on a schedule fixed in advance, capped in flight
+                rng = random.Random(seed)
+                gate = asyncio.Semaphore(in_flight)
+                schedule, at = [], 0.0
+                for _ in range(n):
+                    schedule.append(at)
+                    at += rng.expovariate(rate)
 
-            for i in range(n):
-                tasks.append(asyncio.ensure_future(gated(i)))
-                if i < n - 1:
-                    await asyncio.sleep(rng.expovariate(rate))
-            await asyncio.gather(*tasks)
+                async def gated(rec: RequestRecord, body: dict) -> None:
+                    async with gate:  # the wait here is in the latency: `start` is the schedule
+                        await send(rec, body)
+
+                for i, due in enumerate(schedule):
+                    delay = due - (time.perf_counter() - t0)
+                    if delay > 0:  # absolute times: a late wake-up does not push later arrivals back
+                        await asyncio.sleep(delay)
+                    tasks.append(asyncio.ensure_future(gated(*record(i, due))))
+                await asyncio.gather(*tasks)
+        finally:  # interrupted (cancelled): stop every request before the client closes
+            for t in tasks:
+                t.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
     duration = time.perf_counter() - t0
     records.sort(key=lambda r: r.request_id)
     settings = {
