@@ -131,3 +131,94 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="startup_timeout"):
         ServerProcess("x", ["true"], startup_timeout=0)
     assert 1024 < free_port() < 65536
+
+
+def test_a_killed_kernel_leaves_no_server_running(tmp_path):
+    """SIGKILL runs no atexit: the reaper started with the server stops it, then runs its cleanup."""
+    import os
+    import signal
+    import subprocess
+    from pathlib import Path
+
+    marker = tmp_path / "cleaned"
+    script = tmp_path / "kernel.py"
+    import json
+
+    cleanup = [sys.executable, "-c", f"open({str(marker)!r}, 'w').write('done')"]
+    script.write_text(
+        "import sys, time\n"
+        "from lab_utils.servers import ServerProcess\n"
+        "s = ServerProcess('http', [sys.executable, '-m', 'http.server', '{port}', '--bind', '{host}'],\n"
+        f"                  health_path='/', cleanup_command={json.dumps(cleanup)})\n"
+        "s.start()\n"
+        "print(s.pid, s.reaper.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    kernel = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(tmp_path),
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
+    try:
+        server_pid, reaper_pid = map(int, kernel.stdout.readline().split())
+        assert _alive(server_pid) and _alive(reaper_pid)
+        kernel.send_signal(signal.SIGKILL)  # the kernel dies without running anything
+        kernel.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while (_alive(server_pid) or _alive(reaper_pid)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(server_pid), "the server outlived its kernel"
+        assert not _alive(reaper_pid)
+        assert marker.read_text() == "done"  # e.g. `docker rm -f NAME` for a container
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()
+            kernel.wait()
+
+
+def test_stop_also_stops_the_reaper_and_runs_the_cleanup_once(tmp_path):
+    marker = tmp_path / "count"
+    srv = ServerProcess(
+        "http",
+        [sys.executable, "-m", "http.server", "{port}", "--bind", "{host}"],
+        health_path="/",
+        startup_timeout=30,
+        cleanup_command=[sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')"],
+    )
+    srv.start()
+    reaper = srv.reaper.pid
+    assert _alive(reaper)
+    srv.stop()
+    srv.stop()
+    assert not _alive(reaper) and srv.reaper is None
+    assert marker.read_text() == "x"
+
+
+def test_logs_go_to_a_private_folder(monkeypatch):
+    import os
+    import stat
+    import tempfile
+
+    from lab_utils.servers.base import LOG_DIR_PREFIX
+
+    monkeypatch.setenv("LAB_TEST_SECRET", "inherited")
+    srv = ServerProcess(
+        "envcheck",
+        [
+            sys.executable,
+            "-c",
+            "import os, time; print('SECRET=' + os.environ.get('LAB_TEST_SECRET', '-'), "
+            "flush=True); time.sleep(30)",
+        ],
+        health_check=lambda s: "SECRET=" in s.log_text(),
+        startup_timeout=30,
+    )
+    srv.unset_env.add("LAB_TEST_SECRET")
+    folder = srv.log_path.parent
+    assert folder.name.startswith(LOG_DIR_PREFIX) and str(folder.parent) == tempfile.gettempdir()
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    with srv:
+        assert stat.S_IMODE(os.stat(srv.log_path).st_mode) == 0o600
+        assert "SECRET=-" in srv.log_text()  # the variable was removed from its environment

@@ -33,7 +33,7 @@ def test_cpu_argv_whole_gib_uses_the_env_var(tmp_path):
         extra_args=["--max-num-seqs", "4"],
     )
     assert srv.argv[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp_path)]
-    assert srv.env == {"VLLM_CPU_KVCACHE_SPACE": "2"}
+    assert srv.env == {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_API_KEY": "k"}  # the key by environment
     assert "--kv-cache-memory-bytes" not in srv.argv
     tail = srv.argv[5:]
     assert tail == [
@@ -48,14 +48,24 @@ def test_cpu_argv_whole_gib_uses_the_env_var(tmp_path):
         "--enforce-eager",
         "--served-model-name",
         "smol",
-        "--api-key",
-        "k",
         "--max-num-seqs",
         "4",
     ]
     assert srv.url == "http://127.0.0.1:8123" and srv.base_url == "http://127.0.0.1:8123/v1"
     assert srv.model_name == "smol" and srv.api_key == "k" and srv.requires_key
     assert srv.client_kwargs() == {"base_url": "http://127.0.0.1:8123/v1", "api_key": "k"}
+
+
+def test_api_key_never_reaches_the_command_line(tmp_path, monkeypatch):
+    srv = VLLMServer(tmp_path, backend="cpu", port=8124, api_key="s3cret-key")
+    assert not any("s3cret-key" in a for a in srv.argv) and "--api-key" not in srv.argv
+    assert srv.env["VLLM_API_KEY"] == "s3cret-key" and srv.requires_key
+    with pytest.raises(ValueError, match="VLLM_API_KEY"):
+        VLLMServer(tmp_path, backend="cpu", extra_args=["--api-key", "x"])
+    # without a key, a VLLM_API_KEY exported in the learner's shell is not passed on
+    monkeypatch.setenv("VLLM_API_KEY", "exported")
+    plain = VLLMServer(tmp_path, backend="cpu", port=8125)
+    assert "VLLM_API_KEY" in plain.unset_env and plain.api_key == "EMPTY"
 
 
 def test_cpu_argv_fraction_of_a_gib_uses_bytes(tmp_path):

@@ -5,16 +5,24 @@
         httpx.get(srv.url)
 
 - picks a free port on 127.0.0.1 unless given one ("{port}" and "{host}" in argv are filled in);
-- starts the process in its own process group, with stdout and stderr captured in a log file;
+- starts the process in its own process group, with stdout and stderr captured in a log file in a
+  private folder (`tempfile.mkdtemp`, mode 700) unless given a log path;
 - waits for an HTTP health URL (or a callable) to answer, with a timeout;
 - on failure raises ServerStartError carrying the last lines of the log;
 - stops with SIGTERM to the whole group, then SIGKILL; as a context manager, and at interpreter
-  exit for anything still running.
+  exit for anything still running;
+- and when the interpreter that started it dies without stopping it (a kernel killed with
+  SIGKILL runs no atexit), a small reaper process started with the server notices that its
+  parent is gone and stops the server's group (then runs the server's `cleanup_command`, e.g.
+  `docker rm -f NAME` for a container).
+
+Secrets (API keys) go to servers through `env`, never through argv, which `ps` shows to everyone.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import signal
 import socket
@@ -31,6 +39,55 @@ HOST = "127.0.0.1"
 
 _RUNNING: dict[int, ServerProcess] = {}
 _LOCK = threading.Lock()
+_LOG_DIR: Path | None = None
+
+# Prefix of the private log folders (one per interpreter); `python -m lab_utils.setup` finds old ones.
+LOG_DIR_PREFIX = "llm-serving-lab-logs-"
+
+
+def log_dir() -> Path:
+    """This interpreter's private log folder (made once with mkdtemp: mode 700, unpredictable name)."""
+    global _LOG_DIR
+    with _LOCK:
+        if _LOG_DIR is None or not _LOG_DIR.is_dir():
+            _LOG_DIR = Path(tempfile.mkdtemp(prefix=LOG_DIR_PREFIX))
+        return _LOG_DIR
+
+
+# The reaper: `python -c _REAPER PARENT_PID PGID CLEANUP_JSON`. It waits while its parent (the
+# interpreter that started the server) lives and the server's group exists; if the parent goes
+# first, it stops the group (SIGTERM, then SIGKILL) and runs the cleanup command.
+_REAPER = r"""
+import json, os, signal, subprocess, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C in the terminal is for the kernel
+parent, pgid, cleanup = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+def alive():
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+while os.getppid() == parent:
+    if not alive():
+        sys.exit(0)
+    time.sleep(0.2)
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        break
+    end = time.monotonic() + 10
+    while alive() and time.monotonic() < end:
+        time.sleep(0.1)
+if cleanup:
+    try:
+        subprocess.run(cleanup, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=60)
+    except Exception:
+        pass
+"""
 
 
 class ServerStartError(RuntimeError):
@@ -86,6 +143,7 @@ class ServerProcess:
         cwd: str | Path | None = None,
         log_path: str | Path | None = None,
         startup_timeout: float = 120.0,
+        cleanup_command: Sequence[str] | None = None,
     ):
         if startup_timeout <= 0:
             raise ValueError(f"startup_timeout must be positive seconds, got {startup_timeout}")
@@ -96,12 +154,15 @@ class ServerProcess:
         self.health_path = health_path
         self.health_check = health_check
         self.env = env
+        # names removed from the inherited environment (e.g. an API key the learner has exported)
+        self.unset_env: set[str] = set()
         self.cwd = str(cwd) if cwd else None
         if log_path is None:
-            log_dir = Path(tempfile.gettempdir()) / "llm-serving-lab-logs"
-            log_dir.mkdir(parents=True, exist_ok=True)
-            log_path = log_dir / f"{name}-{self.port}.log"
+            log_path = log_dir() / f"{name}-{self.port}.log"
         self.log_path = Path(log_path)
+        # run after the process is stopped, by stop() or by the reaper (e.g. `docker rm -f NAME`)
+        self.cleanup_command = [str(a) for a in cleanup_command] if cleanup_command else None
+        self.reaper: subprocess.Popen | None = None
         self.startup_timeout = startup_timeout
         self.proc: subprocess.Popen | None = None
         self.started_at: float | None = None
@@ -158,10 +219,14 @@ class ServerProcess:
                 "pass port=None to pick a free one, or stop what listens there"
             )
         env = dict(os.environ)
+        for key in self.unset_env:
+            env.pop(key, None)
         if self.env:
             env.update(self.env)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "wb")
+        # owner-only, and never through a symlink someone planted at that path
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        log = os.fdopen(fd, "wb")
         self.started_at = time.monotonic()
         try:
             self.proc = subprocess.Popen(
@@ -179,12 +244,47 @@ class ServerProcess:
         log.close()  # the child holds its own copy of the descriptor
         with _LOCK:
             _RUNNING[self.proc.pid] = self
+        self._start_reaper()
         try:
             self._wait_healthy()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _start_reaper(self) -> None:
+        """A watcher that stops this server if this interpreter dies without stopping it."""
+        import sys
+
+        try:
+            self.reaper = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-c",
+                    _REAPER,
+                    str(os.getpid()),
+                    str(self.proc.pid),
+                    json.dumps(self.cleanup_command or []),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        except OSError:  # no reaper: atexit still stops the server on a normal exit
+            self.reaper = None
+
+    def _stop_reaper(self) -> None:
+        reaper, self.reaper = self.reaper, None
+        if reaper is not None and reaper.poll() is None:
+            reaper.kill()
+        if reaper is not None:
+            try:
+                reaper.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
 
     def _wait_healthy(self) -> None:
         deadline = self.started_at + self.startup_timeout
@@ -218,6 +318,7 @@ class ServerProcess:
         proc = self.proc
         if proc is None:
             return None
+        self._stop_reaper()  # from here on this interpreter does the stopping
         if proc.poll() is None:
             _signal_group(proc.pid, signal.SIGTERM)
             try:
@@ -229,7 +330,18 @@ class ServerProcess:
         _signal_group(proc.pid, signal.SIGKILL)
         _wait_group_gone(proc.pid, timeout=5.0)
         with _LOCK:
-            _RUNNING.pop(proc.pid, None)
+            first_stop = _RUNNING.pop(proc.pid, None) is not None
+        if self.cleanup_command and first_stop:
+            try:
+                subprocess.run(
+                    self.cleanup_command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    timeout=60,
+                )
+            except (OSError, subprocess.SubprocessError):
+                pass
         return proc.returncode
 
     def __enter__(self) -> ServerProcess:

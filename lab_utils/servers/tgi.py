@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import uuid
 from dataclasses import asdict
 from pathlib import Path
 
@@ -40,6 +41,8 @@ class TGIServer(ServerProcess):
         port: int | None = None,
         num_threads: int | None = None,
         startup_timeout: float = 180,
+        payload_limit: int | None = None,
+        request_timeout: float | None = None,
         **limits,
     ) -> None:
         self.config = TGIConfig(**limits)  # fails here, with the launcher's message, on bad limits
@@ -61,6 +64,10 @@ class TGIServer(ServerProcess):
             argv += ["--model-id", str(model)]
         if num_threads is not None:
             argv += ["--num-threads", str(num_threads)]
+        if payload_limit is not None:
+            argv += ["--payload-limit", str(int(payload_limit))]
+        if request_timeout is not None:
+            argv += ["--request-timeout", str(float(request_timeout))]
         self._api_key = api_key
         env = {"TGI_STAND_IN_API_KEY": api_key} if api_key else None  # not on the command line
         super().__init__(
@@ -72,6 +79,8 @@ class TGIServer(ServerProcess):
             env=env,
             startup_timeout=startup_timeout,
         )
+        if not api_key:  # an exported key would lock out the course's clients
+            self.unset_env.add("TGI_STAND_IN_API_KEY")
 
     @property
     def api_key(self) -> str | None:
@@ -86,6 +95,10 @@ class TGIServer(ServerProcess):
 
 class TGIContainer(ServerProcess):
     """The real TGI in Docker (GPU lab machines): `docker run --gpus all ... IMAGE --model-id ...`.
+
+    The container gets a unique `--name` and `--rm`; stopping the server (or its reaper, when the
+    kernel died) also runs `docker rm -f NAME`, because killing the `docker` client alone leaves
+    the container running.
 
     Args:
         model_id: a Hub id or a folder under `volume` (mounted at /data).
@@ -111,6 +124,7 @@ class TGIContainer(ServerProcess):
         if image.endswith(":latest") or ":" not in image.rsplit("/", 1)[-1]:
             raise ValueError(f"pin the TGI image to a version (e.g. {TGI_IMAGE}), got {image!r}")
         self.config = TGIConfig(**limits)
+        self.container_name = f"llm-serving-lab-tgi-{uuid.uuid4().hex[:12]}"
         self.command = self.docker_command(
             model_id,
             volume=volume,
@@ -119,6 +133,7 @@ class TGIContainer(ServerProcess):
             quantize=quantize,
             shm_size=shm_size,
             config=self.config,
+            name=self.container_name,
         )
         super().__init__(
             "tgi-container",
@@ -127,6 +142,7 @@ class TGIContainer(ServerProcess):
             host=HOST,
             health_path="/health",
             startup_timeout=startup_timeout,
+            cleanup_command=["docker", "rm", "-f", self.container_name],
         )
 
     @staticmethod
@@ -139,6 +155,7 @@ class TGIContainer(ServerProcess):
         quantize: str | None,
         shm_size: str,
         config: TGIConfig,
+        name: str | None = None,
     ) -> list[str]:
         """The `docker run` argv ("{port}" is filled in by ServerProcess); HF_TOKEN passes through."""
         vol = Path(volume).expanduser()
@@ -146,6 +163,7 @@ class TGIContainer(ServerProcess):
             "docker",
             "run",
             "--rm",
+            *(["--name", name] if name else []),
             "--gpus",
             "all",
             "--shm-size",

@@ -183,10 +183,15 @@ class VLLMServer(ServerProcess):
             argv.append("--enforce-eager")
         if served_model_name:
             argv += ["--served-model-name", served_model_name]
+        if any(a == "--api-key" or a.startswith("--api-key=") for a in self.extra_args):
+            raise ValueError(
+                "pass the key as api_key=..., not --api-key in extra_args: vLLM reads it from the "
+                "VLLM_API_KEY environment variable, and a command line is visible to everyone in `ps`"
+            )
         if api_key:
-            argv += ["--api-key", api_key]
+            env["VLLM_API_KEY"] = api_key  # never on the command line
         argv += self.extra_args
-        # vLLM's /health needs no key, so the base's plain GET works even with --api-key
+        # vLLM's /health needs no key, so the base's plain GET works even with a key
         super().__init__(
             "vllm",
             argv,
@@ -196,6 +201,8 @@ class VLLMServer(ServerProcess):
             env=env,
             startup_timeout=startup_timeout,
         )
+        if not api_key:  # a VLLM_API_KEY the learner exported would lock out the course's clients
+            self.unset_env.add("VLLM_API_KEY")
 
     # -- addresses ---------------------------------------------------------------------------
     @property
@@ -210,12 +217,12 @@ class VLLMServer(ServerProcess):
 
     @property
     def api_key(self) -> str:
-        """The key clients should send: the server's --api-key, or a placeholder when it has none."""
+        """The key clients should send: the server's key (VLLM_API_KEY), or a placeholder when it has none."""
         return self._api_key or "EMPTY"
 
     @property
     def requires_key(self) -> bool:
-        """True when the server was started with --api-key."""
+        """True when the server was started with a key."""
         return bool(self._api_key)
 
     def client_kwargs(self) -> dict[str, str]:
