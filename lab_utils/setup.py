@@ -4,18 +4,26 @@
 each step prints "ready", and a missing one (a partial set-up) is offered as a button that runs it
 in the notebook with its progress shown, instead of sending the learner to a terminal.
 
-    python -m lab_utils.setup           # report, exit 1 if anything is missing
-    python -m lab_utils.setup --run     # run what is missing, with progress
+    python -m lab_utils.setup                  # report, exit 1 if anything is missing
+    python -m lab_utils.setup --run            # run what is missing, with progress
+    python -m lab_utils.setup --remove-stale   # also delete the stale leftovers it reports
+
+The report also lists leftovers in the temporary folder that nothing uses any more: grading
+scratch folders (`lab-grader-*`) and server log folders (`llm-serving-lab-logs*`) untouched for
+`--stale-hours` hours (24 by default). They are only removed when asked.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from .runtime import repo_root, triton_env_python
 
@@ -108,6 +116,88 @@ def report_setup(needs: tuple[str, ...] | list[str] = tuple(STEPS), run_missing:
     return False
 
 
+# ---------------------------------------------------------------------------- stale leftovers
+# Folder-name prefixes in the temporary folder: the grader's scratch and task folders, and the
+# servers' log folders (the private mkdtemp ones, and the fixed one older versions used).
+STALE_PREFIXES = ("lab-grader-", "llm-serving-lab-logs")
+
+
+@dataclass(frozen=True)
+class Stale:
+    """A leftover folder: where, how long since anything in it changed, and its size."""
+
+    path: Path
+    idle_hours: float
+    size_bytes: int
+
+
+def _newest_and_size(path: Path, limit: int = 20_000) -> tuple[float, int]:
+    """The newest mtime and the total size under `path` (stops counting after `limit` entries)."""
+    newest, size, seen, stack = path.lstat().st_mtime, 0, 0, [path]
+    while stack and seen < limit:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for e in entries:
+            seen += 1
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            newest = max(newest, st.st_mtime)
+            if e.is_dir(follow_symlinks=False):
+                stack.append(Path(e.path))
+            else:
+                size += st.st_size
+    return newest, size
+
+
+def stale_leftovers(older_than_hours: float = 24.0, tmp: str | Path | None = None) -> list[Stale]:
+    """Grader scratch folders and server log folders of this user idle for `older_than_hours`."""
+    folder = Path(tmp or tempfile.gettempdir())
+    now, out = time.time(), []
+    mine = _current_log_dir()
+    try:
+        candidates = sorted(p for p in folder.iterdir() if p.name.startswith(STALE_PREFIXES))
+    except OSError:
+        return []
+    for p in candidates:
+        try:
+            st = p.lstat()
+        except OSError:
+            continue
+        if not p.is_dir() or p.is_symlink() or st.st_uid != os.getuid() or p == mine:
+            continue  # only this user's own real folders, never this interpreter's log folder
+        newest, size = _newest_and_size(p)
+        idle = (now - newest) / 3600
+        if idle >= older_than_hours:
+            out.append(Stale(p, idle, size))
+    return out
+
+
+def _current_log_dir() -> Path | None:
+    from .servers import base
+
+    return base._LOG_DIR
+
+
+def report_stale(older_than_hours: float = 24.0, remove: bool = False, tmp: str | Path | None = None) -> int:
+    """Print the stale leftovers (and remove them when `remove`); returns how many there were."""
+    items = stale_leftovers(older_than_hours, tmp)
+    for it in items:
+        action = "removed" if remove else "stale  "
+        if remove:
+            shutil.rmtree(it.path, ignore_errors=True)
+        print(f"{action}  {it.path}  (idle {it.idle_hours:.0f} h, {it.size_bytes / 1e6:.1f} MB)")
+    if items and not remove:
+        print(
+            f"{len(items)} leftover folder(s) nothing has touched for {older_than_hours:g} h: "
+            "`python -m lab_utils.setup --remove-stale` removes them"
+        )
+    return len(items)
+
+
 def _offer_buttons(missing: list[str]) -> None:
     try:
         import ipywidgets as widgets
@@ -139,8 +229,16 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m lab_utils.setup")
     parser.add_argument("--run", action="store_true", help="run the missing steps")
+    parser.add_argument(
+        "--remove-stale", action="store_true", help="remove the stale grader folders and logs it reports"
+    )
+    parser.add_argument(
+        "--stale-hours", type=float, default=24.0, help="idle hours after which a leftover is stale"
+    )
     args = parser.parse_args(argv)
-    return 0 if report_setup(run_missing=args.run) else 1
+    ok = report_setup(run_missing=args.run)
+    report_stale(args.stale_hours, remove=args.remove_stale)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
