@@ -309,6 +309,114 @@ def test_bad_requests_get_tgis_error_shape_and_the_router_keeps_serving(router, 
     assert ok.status_code == 200
 
 
+def _bad_bodies() -> list[tuple[str, bytes, int]]:
+    def gen(params):
+        return json.dumps({"inputs": "hi", "parameters": {"max_new_tokens": 4, **params}}).encode()
+
+    return [
+        ("NaN", b'{"inputs": "hi", "parameters": {"temperature": NaN}}', 422),
+        ("Infinity", b'{"inputs": "hi", "parameters": {"top_p": Infinity}}', 422),
+        ("underflowing temperature", gen({"temperature": 1e-300}), 422),
+        ("seed 2**64", gen({"seed": 2**64}), 422),
+        ("negative seed", gen({"seed": -1}), 422),
+        ("deep nesting", b'{"inputs": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", 422),
+        ("3 MB body", json.dumps({"inputs": "word " * 600_000}).encode(), 413),
+        ("40 MB body", b'{"inputs": "' + b"a" * (40 << 20) + b'"}', 413),
+    ]
+
+
+@pytest.mark.slow
+def test_bad_requests_fail_at_once_while_a_long_stream_completes_and_health_answers(router):
+    """Each abusive request gets its 4xx within 2 s; the long stream is untouched; /health stays fast."""
+    import threading
+
+    import httpx
+
+    long_body = {
+        "inputs": "Repeat after me:",
+        "parameters": {"max_new_tokens": 300, "grammar": {"type": "regex", "value": "(ab ){140}"}},
+    }
+    state: dict = {"events": [], "first": threading.Event()}
+
+    def long_stream():
+        with httpx.stream("POST", router.url + "/generate_stream", json=long_body, timeout=300) as r:
+            state["status"] = r.status_code
+            for line in r.iter_lines():
+                if line.startswith("data:"):
+                    state["events"].append(json.loads(line[5:]))
+                    state["first"].set()
+        state["end"] = time.monotonic()
+        state["first"].set()
+
+    health: list[float] = []
+    stop = threading.Event()
+
+    def probe():
+        with httpx.Client(timeout=5) as c:
+            while not stop.is_set():
+                t0 = time.monotonic()
+                try:
+                    ok = c.get(router.url + "/health").status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                health.append(time.monotonic() - t0 if ok else float("inf"))
+                time.sleep(0.1)
+
+    streamer = threading.Thread(target=long_stream)
+    prober = threading.Thread(target=probe)
+    streamer.start()
+    prober.start()
+    try:
+        assert state["first"].wait(120), "the long stream never started"
+        with httpx.Client(timeout=30) as c:
+            for what, raw, status in _bad_bodies():
+                t0 = time.monotonic()
+                r = c.post(
+                    router.url + "/generate", content=raw, headers={"content-type": "application/json"}
+                )
+                took = time.monotonic() - t0
+                assert r.status_code == status, (what, r.status_code, r.text[:200])
+                assert set(r.json()) == {"error", "error_type"}, what
+                assert took < 2.0, f"{what} took {took:.1f} s"
+            chat = c.post(
+                router.url + "/v1/chat/completions",
+                content=b'{"model": "tgi", "messages": [{"role": "user", "content": "hi"}], "temperature": NaN}',
+                headers={"content-type": "application/json"},
+            )
+            assert chat.status_code == 422
+        bad_done = time.monotonic()
+        streamer.join(timeout=300)
+    finally:
+        stop.set()
+        prober.join(timeout=10)
+    assert state.get("status") == 200
+    last = state["events"][-1]
+    assert "error" not in last and last["details"]["generated_tokens"] == len(state["events"])
+    assert state["end"] > bad_done, "the long stream ended before the abuse did: make it longer"
+    assert health and max(health) < 2.0, f"/health took up to {max(health):.2f} s"
+
+
+@pytest.mark.slow
+def test_a_client_that_leaves_a_non_streaming_request_frees_its_slot_and_kv(router):
+    import httpx
+
+    # the grammar forbids EOS until 250 repeats are written: far longer than the client waits
+    body = {
+        "inputs": "Repeat after me:",
+        "parameters": {"max_new_tokens": 500, "grammar": {"type": "regex", "value": "(ab ){250}"}},
+    }
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(router.url + "/generate", json=body, timeout=1.5)  # the client gives up and closes
+    deadline = time.monotonic() + 15
+    while True:
+        b = httpx.get(router.url + "/stand-in/batches").json()
+        if b["in_flight"] == 0 and b["kv_blocks"]["free"] == b["kv_blocks"]["total"]:
+            break
+        assert time.monotonic() < deadline, f"the abandoned request still runs: {b['kv_blocks']}"
+        time.sleep(0.2)
+    assert 'err="cancelled"' in httpx.get(router.url + "/metrics").text
+
+
 @pytest.mark.slow
 def test_huggingface_hub_inference_client(router):
     from huggingface_hub import InferenceClient
@@ -371,6 +479,10 @@ def test_launchers_build_the_commands_without_starting():
         config=TGIConfig(),
     )
     assert cmd[cmd.index("--num-shard") + 1] == "2" and "--shm-size" in cmd and "HF_TOKEN" in cmd
+    box = TGIContainer("m", volume="/tmp/d")
+    name = box.command[box.command.index("--name") + 1]
+    assert name.startswith("llm-serving-lab-tgi-") and "--rm" in box.command
+    assert box.cleanup_command == ["docker", "rm", "-f", name]  # run on stop, and by the reaper
     with pytest.raises(ValueError, match="pin"):
         TGIContainer("m", image="ghcr.io/huggingface/text-generation-inference:latest")
 
