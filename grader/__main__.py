@@ -66,6 +66,12 @@ def main(argv: list[str] | None = None) -> int:
         help="size of each run's private /tmp, its working folder (in memory), in MB (default 4096)",
     )
     g.add_argument(
+        "--copies",
+        choices=["zero", "flag"],
+        default="zero",
+        help="a notebook that is mostly the published solution: score 0 (default) or only flag it",
+    )
+    g.add_argument(
         "--no-sandbox",
         action="store_true",
         help="run learner code without bubblewrap (only where it cannot run: a hostile notebook "
@@ -124,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             sandboxed=not args.no_sandbox,
             disk_mb=args.disk_mb,
             tmp_mb=args.tmp_mb,
+            copies=args.copies,
             progress=lambda line: print(line, flush=True),
         )
     except KeyboardInterrupt:

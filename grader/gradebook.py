@@ -45,6 +45,7 @@ class Outcome:
     status: str = "ok"
     seconds: float = 0.0
     key: str = ""
+    flags: list[str] = field(default_factory=list)  # for the instructor: resemblances, not zeroed
 
     @property
     def total(self) -> float:
@@ -177,6 +178,11 @@ def question_summary(outcomes: list[Outcome]) -> list[dict]:
 
 def summary_text(outcomes: list[Outcome]) -> str:
     rows = question_summary(outcomes)
+    flagged = [
+        f"{o.student}/{o.lab}: {f}"
+        for o in sorted(outcomes, key=lambda o: (o.student, o.lab))
+        for f in o.flags
+    ]
     if not rows:
         return "no graded questions"
     width = max(len(r["question"]) for r in rows)
@@ -186,6 +192,8 @@ def summary_text(outcomes: list[Outcome]) -> str:
             f"{r['question']:{width}s}  {r['possible']:6g}  {r['n']:4d}  {r['mean']:5.2f}  "
             f"{r['spread']:6.2f}  {r['zeros']:5d}"
         )
+    if flagged:
+        lines += ["", "flags (not zeroed; worth a look):", *[f"  {f}" for f in flagged]]
     return "\n".join(lines)
 
 

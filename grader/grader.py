@@ -63,6 +63,7 @@ from .gradebook import (
     write_histogram,
 )
 from .judge import Context, judge_lab
+from .originality import is_copy, pasted_references
 from .registry import all_questions, questions_for
 from .sandbox import INSIDE_IN, INSIDE_OUT, INSIDE_WORK, Sandbox, Status, run_limited, sandbox_problem
 
@@ -367,6 +368,7 @@ class Grader:
         disk_mb: int = 512,
         tmp_mb: int = 4096,
         protect: list[Path] | None = None,
+        copies: str = "zero",
     ):
         if timeout is not None and timeout <= 0:
             raise ValueError(f"--timeout must be positive seconds, got {timeout}")
@@ -397,6 +399,9 @@ class Grader:
         self.disk_mb = disk_mb
         self.tmp_mb = tmp_mb
         self.protect = [Path(p) for p in (protect or [])]  # more folders no sandbox may see
+        if copies not in ("zero", "flag", "off"):
+            raise ValueError(f"--copies must be zero or flag, got {copies!r}")
+        self.copies = copies  # a copy of the published solution: scores 0, is flagged, or (CI) unchecked
         self.scratch = Path(tempfile.mkdtemp(prefix="lab-grader-"))
         os.chmod(self.scratch, 0o700)
 
@@ -413,6 +418,7 @@ class Grader:
             "sandboxed": self.sandboxed,
             "disk_mb": self.disk_mb,
             "tmp_mb": self.tmp_mb,
+            "copies": self.copies,
         }
 
     def close(self) -> None:
@@ -440,7 +446,11 @@ class Grader:
                 h.update(p.name.encode())
                 h.update(p.read_bytes())
         limits = [self.timeout_for(lab), self.memory_for(lab), self.check_timeout, self.disk_mb, self.tmp_mb]
-        h.update(json.dumps([self.parameters, limits, self.sandboxed], sort_keys=True, default=str).encode())
+        h.update(
+            json.dumps(
+                [self.parameters, limits, self.sandboxed, self.copies], sort_keys=True, default=str
+            ).encode()
+        )
         h.update(str(self.seed).encode())
         return h.hexdigest()
 
@@ -497,14 +507,21 @@ class Grader:
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONNOUSERSITE": "1",
             "LAB_RESULTS_FILE": results,  # never the instructor's own results file
-            "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
             # the course library finds the repository's .venv-triton and data folders
             "LAB_REPO_ROOT": str(Path(__file__).resolve().parent.parent),
         }
         from lab_utils.models import cache_dir
 
         env["COURSE_CACHE"] = str(cache_dir())  # the prepared course model, read-only inside
-        for name in ("COURSE_MODEL", "CUDA_VISIBLE_DEVICES", "LAB_ENGINE_FAST", "OMP_NUM_THREADS"):
+        # no network inside anyway; HF_HUB_OFFLINE=1 would also stop huggingface_hub's clients from
+        # reaching the labs' own servers on 127.0.0.1, so it is passed on only when the instructor set it
+        for name in (
+            "COURSE_MODEL",
+            "CUDA_VISIBLE_DEVICES",
+            "LAB_ENGINE_FAST",
+            "OMP_NUM_THREADS",
+            "HF_HUB_OFFLINE",
+        ):
             if name in os.environ:
                 env[name] = os.environ[name]
         if key:  # measured answers are stamped with this run's own key (provenance.py)
@@ -533,6 +550,15 @@ class Grader:
                 return outcome, _feedback(job, outcome, [], [], problem)
             if not qs:
                 outcome.status = Status.NO_QUESTIONS.text(f"lab {job.lab} has none")
+            if self.copies != "off":
+                copied, note = is_copy(nb, job.lab)
+                if copied and self.copies == "zero":
+                    outcome.status = Status.COPY.text(note)
+                    return outcome, _feedback(job, outcome, [], [], outcome.status)
+                if copied:
+                    outcome.flags.append(f"copy of the published solution ({note})")
+            pasted = pasted_references(nb, qs)
+            outcome.flags += pasted.flags
             job_in, job_out = work / "in", work / "out"
             job_out.mkdir(parents=True)
             if why := copy_submission(job.notebook.parent, job_in / "files", job.notebook.name):
@@ -631,6 +657,7 @@ class Grader:
                 runner_home, self._inside(work / "results.json", f"{INSIDE_WORK}/results.json"), key
             ),
             per_question=self.check_timeout,
+            provenance_key=key,
         )
 
     def judge_saved(self, lab: str, answers_dir: Path, student: str = "ci", seed: int | None = None) -> list:
@@ -880,6 +907,7 @@ def grade_class(
     sandboxed: bool = True,
     disk_mb: int = 512,
     tmp_mb: int = 4096,
+    copies: str = "zero",
 ) -> list[Outcome]:
     """Grade every notebook under `submissions` into `out`; returns the outcomes.
 
@@ -907,6 +935,7 @@ def grade_class(
         disk_mb=disk_mb,
         tmp_mb=tmp_mb,
         protect=[submissions],
+        copies=copies,
     )
     if not sandboxed:
         progress("warning: grading WITHOUT a sandbox (--no-sandbox); every row says 'unsandboxed'")

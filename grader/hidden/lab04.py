@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from grader.registry import hidden
-from lab_utils.grading.checks import measured
+from lab_utils.grading.checks import inside, measured
 from lab_utils.grading.questions.lab04 import _drive, _engine_run
 
 _ENGINE_RUN = "lab_utils.engine.measure:EngineRun"
@@ -88,7 +88,7 @@ def _(my_schedule, rng, scenario):
     for case in cases:
         want, _ = _drive(None, **case)
         try:
-            got, _ = _drive(my_schedule, **case)
+            got, _ = inside(_drive, my_schedule, **case)
         except AssertionError:
             got = None
         if got != want:

@@ -41,6 +41,22 @@ def partial(passed: int, total: int, what: str) -> float | None:
     return passed / total
 
 
+def inside(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)`, run where the learner's answers live.
+
+    A check that hands a learner's function to course code that calls it back and mutates its own
+    state (a scheduler step, a simulator's policy) uses this: under the grader, where the answers
+    are proxies to a sandbox, `fn` (a course-library function, named by module and name) runs
+    inside the sandbox and only its result comes back, as plain data. In the notebook, or when no
+    argument is a proxy, it is a plain call.
+    """
+    for value in (*args, *kwargs.values()):
+        run = getattr(type(value), "_lab_run_inside", None)
+        if run is not None:
+            return run(value, fn, args, kwargs)
+    return fn(*args, **kwargs)
+
+
 def measured(obj: Any, cls: type, what: str, made_by: str) -> Any:
     """`obj` itself when it is a `cls` stamped by the lab's measuring code in this run, else a failure
     that names the answer (`what`) and the call that makes it (`made_by`)."""

@@ -12,18 +12,32 @@ dict/dataclass; the stamp is kept in its `provenance` attribute (or `"provenance
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import hmac
 import json
 import os
 import secrets
+import threading
 
 ENV = "LAB_PROVENANCE_KEY"
+_LOCAL = threading.local()  # the instructor's judge verifies each run with that run's key
+
+
+@contextlib.contextmanager
+def using_key(key: str):
+    """Verify (and stamp) with `key` in this thread for the duration (the judge, per notebook)."""
+    old = getattr(_LOCAL, "key", None)
+    _LOCAL.key = key
+    try:
+        yield
+    finally:
+        _LOCAL.key = old
 
 
 def _key() -> bytes:
-    key = os.environ.get(ENV)
+    key = getattr(_LOCAL, "key", None) or os.environ.get(ENV)
     if key:
         return key.encode()
     try:

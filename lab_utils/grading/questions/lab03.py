@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from lab_utils.grading.checks import close
+from lab_utils.grading.checks import close, inside
 from lab_utils.grading.registry import question, scenario
 
 _SCHEDULE_REFS = [
@@ -122,7 +122,7 @@ def _same_plans(my_schedule, workload, cfg) -> bool:
     cost = StepCostModel(fixed_s=1.0, per_token_s=0.0)
     want = _canonical(simulate(workload, cfg, cost, schedule_fn=reference_schedule))
     try:
-        got = _canonical(simulate(workload, cfg, cost, schedule_fn=my_schedule))
+        got = _canonical(inside(simulate, workload, cfg, cost, schedule_fn=my_schedule))
     except NotImplementedError:  # a RuntimeError, but it means "not answered yet"
         raise
     except (RuntimeError, ValueError):

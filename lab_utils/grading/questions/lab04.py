@@ -9,7 +9,7 @@ figure from the per-step records.
 
 from __future__ import annotations
 
-from lab_utils.grading.checks import measured
+from lab_utils.grading.checks import inside, measured
 from lab_utils.grading.registry import question, scenario
 
 # The engine's references: the learner's answers may neither be nor call them.
@@ -133,7 +133,7 @@ def _drive(
 def _(my_schedule):
     """A continuous-batching policy that the engine's Scheduler accepts: chunked prefill, preemption."""
     # 1. a token budget smaller than the prompts: chunked prefill, everything finishes, nothing leaks
-    plans, s = _drive(my_schedule, 16, 4, 8, 4, {"a": 6, "b": 10}, max_tokens=3)
+    plans, s = inside(_drive, my_schedule, 16, 4, 8, 4, {"a": 6, "b": 10}, max_tokens=3)
     assert plans and sum(plans[0][0].values()) == 8 and "a" in plans[0][0], (
         "first step: with a budget smaller than the two prompts, the first request should be served "
         "and the budget used up (a prompt may be cut into chunks)"
@@ -143,7 +143,7 @@ def _(my_schedule):
     )
     assert s.kv.num_free_blocks == 16, "blocks were not all returned after the requests finished"
     # 2. a cache too small for both requests to grow: someone must be preempted, and come back
-    plans, s = _drive(my_schedule, 4, 4, 32, 4, {"a": 7, "b": 7}, max_tokens=6)
+    plans, s = inside(_drive, my_schedule, 4, 4, 32, 4, {"a": 7, "b": 7}, max_tokens=6)
     assert any(p[1] for p in plans), "the KV cache ran out but nothing was preempted"
     assert not s.has_unfinished_requests(), "after a preemption the victim must come back and finish"
     assert s.kv.num_free_blocks == 4, "blocks leaked after preemption"

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 from lab_utils.clients.loadgen import LoadResult
 from lab_utils.grading.checks import measured
-from lab_utils.grading.registry import question, scenario
+from lab_utils.grading.registry import limits, question, scenario
 
 GiB = 1 << 30
 COURSE_BYTES_PER_TOKEN = 2 * 30 * 3 * 64 * 4  # the course model's float32 K and V, all layers
@@ -24,6 +24,10 @@ _KV_SIZING = [
     "lab_utils.memory.kv:kv_cache_block_bytes",
     "lab_utils.memory.kv:vllm_kv_cache_report",
 ]
+
+
+# graded as submitted (LIGHT = False): the kernel and its vLLM server(s), proportional set size
+limits("05", memory_mb=8192, timeout=1800)
 
 
 @scenario("05")

@@ -11,9 +11,13 @@ and recompute the graded figures from the raw per-request samples.
 from __future__ import annotations
 
 from lab_utils.grading.checks import close, measured
-from lab_utils.grading.registry import question, scenario
+from lab_utils.grading.registry import limits, question, scenario
 
 _GPUS = ["L4", "L40S", "A100-80GB", "H100-80GB"]
+
+
+# graded as submitted (LIGHT = False): the kernel and its vLLM server(s), proportional set size
+limits("09", memory_mb=8192, timeout=1800)
 
 
 @scenario("09")

@@ -14,9 +14,13 @@ import copy
 import random
 
 from lab_utils.grading.checks import measured
-from lab_utils.grading.registry import question, scenario
+from lab_utils.grading.registry import limits, question, scenario
 
 POLICIES = ("round_robin", "consistent_hash", "cache_aware")
+
+
+# graded as submitted (LIGHT = False): the kernel and its vLLM server(s), proportional set size
+limits("10", memory_mb=12288, timeout=1800)
 
 
 @scenario("10")

@@ -1,0 +1,72 @@
+"""Copies of the published solution and pasted references (grader/originality.py). Quick: static."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import nbformat
+import pytest
+from submissions import notebook, put
+
+from grader.grader import Grader, Job
+from grader.originality import copied_blocks, is_copy, pasted_references
+from grader.sandbox import Status
+from lab_utils.grading import questions_for
+
+REPO = Path(__file__).resolve().parent.parent
+SOLUTIONS = sorted((REPO / "solutions").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
+def test_the_published_solution_is_a_copy_and_the_stub_is_not(path):
+    lab = path.name[:2]
+    solution = nbformat.read(str(path), as_version=4)
+    copied, note = is_copy(solution, lab)
+    assert copied, note
+    stub = nbformat.read(str(REPO / "labs" / path.name), as_version=4)
+    found, total = copied_blocks(stub, lab)
+    assert total >= 2 and found == 0, (found, total)
+
+
+def test_a_few_matching_blocks_are_not_a_copy():
+    path = SOLUTIONS[2]
+    lab = path.name[:2]
+    nb = nbformat.read(str(path), as_version=4)
+    found, total = copied_blocks(nb, lab)
+    # keep one answer block verbatim; the learner rewrote the others
+    kept = 0
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "### BEGIN SOLUTION" in cell.source:
+            if kept:
+                cell.source = "# my own answer\nanswer = compute_it_myself()\n"
+            kept += 1
+    assert not is_copy(nb, lab)[0]
+    assert copied_blocks(nb, lab)[0] <= 1 < found <= total
+
+
+def test_a_learner_handing_in_the_solution_scores_zero_with_that_status(tmp_path):
+    path = next(p for p in SOLUTIONS if p.name.startswith("07"))
+    put(tmp_path / "subs", "ana", nbformat.read(str(path), as_version=4), path.name)
+    grader = Grader(tmp_path / "out", seed=11)
+    try:
+        outcome, feedback = grader.grade(Job("ana", "07", tmp_path / "subs" / "ana" / path.name))
+    finally:
+        grader.close()
+    assert Status.of(outcome.status) is Status.COPY, outcome.status
+    assert outcome.total == 0 and "published solution" in feedback
+
+
+def test_a_pasted_reference_is_zeroed_and_a_renamed_one_flagged():
+    from lab_utils.kv.workload import never_used_fraction
+
+    source = inspect.getsource(never_used_fraction).replace("def never_used_fraction", "def contiguous_waste")
+    renamed = source.replace("reserved", "booked").replace("stored", "kept").replace("workload", "reqs")
+    own = "def contiguous_waste(reqs):\n    total = 0\n    used = 0\n    for r in reqs:\n        total += r.prompt_len + r.max_tokens\n        used += r.prompt_len + r.output_len\n    return 1 - used / total\n"
+    qs = [q for q in questions_for("02") if q.id == "02.contiguous_waste"]
+    pasted = pasted_references(notebook(source), qs)
+    assert list(pasted.zeroed) == ["02.contiguous_waste"] and not pasted.flags
+    flagged = pasted_references(notebook(renamed), qs)
+    assert not flagged.zeroed and len(flagged.flags) == 1 and "similarity 1.00" in flagged.flags[0]
+    honest = pasted_references(notebook(own), qs)
+    assert not honest.zeroed and not honest.flags
