@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 
 from lab_utils.grading.registry import lab_limits, lab_scenario
+from lab_utils.grading.scoring import REFERENCE
 
 from .gradebook import (
     Job,
@@ -619,6 +620,9 @@ class Grader:
             results = [
                 r.to_dict() for r in judge_lab(job.lab, self._context(job, work, answers_dir, seed, key))
             ]
+            for r in results:  # a reference pasted in under the answer's name scores zero
+                if r["id"] in pasted.zeroed:
+                    r.update(earned=0.0, status=REFERENCE, message=pasted.zeroed[r["id"]])
             hidden = self._hidden(job.lab, answers_dir, work, key)
             for r in results:
                 outcome.scores[r["id"]] = float(r["earned"])
@@ -660,13 +664,22 @@ class Grader:
             provenance_key=key,
         )
 
-    def judge_saved(self, lab: str, answers_dir: Path, student: str = "ci", seed: int | None = None) -> list:
-        """Judge answers saved by an earlier run (tests: the memorised submission), as `grade` does."""
+    def judge_saved(
+        self, lab: str, answers_dir: Path, student: str = "ci", seed: int | None = None, notebook=None
+    ) -> list:
+        """Judge answers saved by an earlier run (tests: the bypass submissions), as `grade` does;
+        `notebook`, when given, is the source the pasted-reference check reads."""
         work = Path(tempfile.mkdtemp(prefix="judge-", dir=self.scratch))
         try:
             (work / "home").mkdir()
             s = job_seed(self.seed, student, lab) if seed is None else seed
-            return judge_lab(lab, self._context(Job(student, lab, answers_dir), work, answers_dir, s, ""))
+            results = judge_lab(lab, self._context(Job(student, lab, answers_dir), work, answers_dir, s, ""))
+            if notebook is not None:
+                pasted = pasted_references(notebook, questions_for(lab))
+                for r in results:
+                    if r.id in pasted.zeroed:
+                        r.earned, r.status, r.message = 0.0, REFERENCE, pasted.zeroed[r.id]
+            return results
         finally:
             shutil.rmtree(work, ignore_errors=True)
 

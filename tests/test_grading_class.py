@@ -272,3 +272,31 @@ def test_killed_grader_resumes_and_matches(local_run, tmp_path):
         if line.split(",")[0] in {"student", "points_possible", "zed", *students}
     ]
     assert (out / "gradebook.csv").read_text().splitlines() == want
+
+
+def test_without_bubblewrap_the_grader_refuses_unless_told(tmp_path, monkeypatch):
+    from grader import grader as grader_module
+    from grader.__main__ import main
+
+    monkeypatch.setattr(grader_module, "sandbox_problem", lambda: "bubblewrap (`bwrap`) is not installed")
+    with pytest.raises(grader_module.SandboxUnavailable, match="--no-sandbox"):
+        grader_module.Grader(tmp_path / "out", seed=1)
+    put(tmp_path / "subs", "ana", notebook(BYTES))
+    args = ["grade", str(tmp_path / "subs"), "--out", str(tmp_path / "o"), "--seed", "1"]
+    assert main(args) == 2  # says why and what to install, grades nothing
+    assert not (tmp_path / "o" / "gradebook.csv").exists()
+
+
+@pytest.mark.slow
+def test_an_unsandboxed_row_says_so(tmp_path):
+    put(tmp_path / "subs", "ana", notebook(BYTES))
+    outcomes = grade_class(
+        tmp_path / "subs",
+        tmp_path / "out",
+        seed=SEED,
+        timeout=TIMEOUT,
+        sandboxed=False,
+        progress=lambda _: None,
+    )
+    assert [o.status for o in outcomes] == ["ok (unsandboxed)"]
+    assert float(rows(tmp_path / "out")["ana"]["total"]) == 1  # extra_tensor_bytes's point, as in a sandbox

@@ -1,0 +1,214 @@
+"""The judge and its sandboxed runner on toy answers (no notebook runs; each case takes about a second).
+
+What comes back from the sandbox is plain data or a proxy; learner exceptions arrive as their
+builtin kinds; a forbidden reference refuses learner callers however it is reached; a runner that
+hangs, exits, floods or sends malformed replies fails its own question only; nothing a learner's
+object does on unpickling ever runs on the judge's side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import textwrap
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+from grader.judge import Context, judge_question
+from grader.remote import Remote, Runner, RunnerFailed, UsesReference
+from grader.sandbox import Sandbox, sandbox_problem
+from lab_utils.grading.registry import Question
+from lab_utils.kv.workload import WorkloadRequest
+
+pytestmark = pytest.mark.skipif(bool(sandbox_problem()), reason=sandbox_problem() or "no sandbox")
+
+
+def _answers(folder: Path, source: str) -> Path:
+    """Define the answers in `source` as a notebook would (module __main__) and save them."""
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile(textwrap.dedent(source), "<notebook>", "exec"), namespace)
+    folder.mkdir(parents=True, exist_ok=True)
+    main = sys.modules["__main__"]
+    saved = {k: v for k, v in namespace.items() if not k.startswith("__")}
+    for name, value in saved.items():
+        if callable(value) and getattr(value, "__module__", None) == "__main__":
+            value.__module__ = "__main__"
+        (folder / f"{name}.pkl").write_bytes(cloudpickle.dumps(value))
+    assert main is sys.modules["__main__"]
+    return folder
+
+
+def _runner(folder: Path, tmp_path: Path, forbid=(), timeout=20.0) -> Runner:
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
+    box = Sandbox(hide=[str(tmp_path / "secret")])
+    return Runner(folder, list(forbid), box, sys.executable, env, tmp_path / "runner.log", timeout=timeout)
+
+
+def test_values_come_back_as_plain_data_and_objects_as_proxies(tmp_path):
+    folder = _answers(
+        tmp_path / "a",
+        """
+        import numpy as np
+        from lab_utils.kv.workload import WorkloadRequest
+        def f(x):
+            return {"n": x + 1, "t": (1, 2.5), "arr": np.arange(3), "nan": float("nan"), 7: "seven"}
+        def req():
+            return WorkloadRequest("a", 0, 10, 5, 20)
+        class Counter:
+            def __init__(self, start):
+                self.n = start
+            def add(self, k):
+                self.n += k
+                return self
+        def bad(x):
+            raise ValueError(f"no {x}")
+        def stub():
+            raise NotImplementedError
+        """,
+    )
+    r = _runner(folder, tmp_path)
+    try:
+        out = r.answer("f")(41)
+        assert out["n"] == 42 and out["t"] == (1, 2.5) and out[7] == "seven" and out["nan"] != out["nan"]
+        assert list(out["arr"]) == [0, 1, 2]
+        w = r.answer("req")()
+        assert type(w) is WorkloadRequest and dataclasses.asdict(w)["prompt_len"] == 10
+        counter = r.answer("Counter")(3)
+        assert isinstance(counter, Remote) and int(counter.add(4).n) == 7
+        with pytest.raises(ValueError, match="no 5"):
+            r.answer("bad")(5)
+        with pytest.raises(NotImplementedError):
+            r.answer("stub")()
+        with pytest.raises(LookupError):
+            r.answer("missing")
+    finally:
+        r.close()
+
+
+def test_a_forbidden_reference_refuses_learner_callers_however_reached(tmp_path):
+    folder = _answers(
+        tmp_path / "a",
+        """
+        import functools
+        from lab_utils.kv.workload import never_used_fraction
+        from lab_utils.kv import KVCacheManager
+        same = never_used_fraction
+        wrapped = functools.partial(never_used_fraction)
+        def calls(w):
+            return never_used_fraction(w)
+        class Mine(KVCacheManager):
+            pass
+        """,
+    )
+    forbid = ["lab_utils.kv.workload:never_used_fraction", "lab_utils.kv.kv_cache_manager:KVCacheManager"]
+    w = [WorkloadRequest("a", 0, 10, 5, 20)]
+    for name, args in (("same", (w,)), ("wrapped", (w,)), ("calls", (w,)), ("Mine", (8, 4))):
+        r = _runner(folder, tmp_path, forbid)
+        try:
+            with pytest.raises(UsesReference):
+                r.answer(name)(*args)
+        finally:
+            r.close()
+
+
+def test_hangs_exits_floods_and_forged_replies_fail_their_question_only(tmp_path):
+    folder = _answers(
+        tmp_path / "a",
+        """
+        import os, time
+        def hang(x):
+            while True:
+                time.sleep(1)
+        def leave(x):
+            os._exit(3)
+        def flood(x):
+            print("x" * 100_000_000)
+            return 1
+        def forge(x):
+            for fd in range(3, 30):
+                try:
+                    os.write(fd, b'{"ok": {"$t": "pickle", "v": "AAAA"}}\\n')
+                except OSError:
+                    pass
+            return 2
+        def fine(x):
+            return x * 2
+        """,
+    )
+    q = lambda name: Question(
+        f"96.{name}", 1.0, (name,), lambda **kw: None if int(next(iter(kw.values()))(3)) == 6 else 0
+    )  # noqa: E731
+    ctx = Context(
+        answers_dir=folder,
+        work=tmp_path,
+        student="s",
+        key="k",
+        scenario={},
+        sandbox=lambda: Sandbox(),
+        python=sys.executable,
+        env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+        per_question=8,
+    )
+    statuses = {name: judge_question(q(name), ctx) for name in ("hang", "leave", "flood", "forge", "fine")}
+    assert statuses["fine"].earned == 1.0, statuses["fine"]
+    for name in ("hang", "leave", "flood", "forge"):
+        assert statuses[name].earned == 0.0 and statuses[name].status in ("error", "not yet right"), statuses[
+            name
+        ]
+    assert "longer than 8 s" in statuses["hang"].message
+
+
+def test_nothing_is_unpickled_on_the_judges_side(tmp_path):
+    marker = tmp_path / "ran-on-the-judge"
+    folder = _answers(
+        tmp_path / "a",
+        f"""
+        import os
+        class Trap:
+            def __reduce__(self):
+                return (os.system, ("touch {marker}",))
+        def give():
+            return [Trap(), {{"x": Trap()}}]
+        """,
+    )
+    r = _runner(folder, tmp_path)
+    try:
+        got = r.answer("give")()
+        assert isinstance(got[0], Remote) and isinstance(got[1]["x"], Remote)
+    finally:
+        r.close()
+    assert not marker.exists()
+
+
+def test_the_sandbox_hides_what_it_is_told_to(tmp_path):
+    import shutil
+
+    # outside /tmp (the sandbox's /tmp is private anyway): a folder the sandbox is told to hide
+    secret = Path(__file__).resolve().parent.parent / "out" / f"judge-secret-{tmp_path.name}"
+    shutil.rmtree(secret, ignore_errors=True)
+    secret.mkdir(parents=True)
+    (secret / "seed").write_text("12345")
+    folder = _answers(
+        tmp_path / "a",
+        f"""
+        def peek():
+            import os
+            try:
+                return open({str(secret / "seed")!r}).read()
+            except OSError:
+                return sorted(os.listdir({str(secret)!r}))
+        """,
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp"}
+    r = Runner(folder, [], Sandbox(hide=[str(secret)]), sys.executable, env, tmp_path / "log", timeout=20)
+    try:
+        assert r.answer("peek")() == []  # an empty folder in its place
+    finally:
+        r.close()
+        shutil.rmtree(secret, ignore_errors=True)
+
+
+def test_runner_failed_is_not_an_exception_a_check_can_swallow():
+    assert not issubclass(RunnerFailed, Exception) and not issubclass(UsesReference, Exception)
