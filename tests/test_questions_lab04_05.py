@@ -432,3 +432,27 @@ def test_measured_engine_answers_score_full_under_two_seeds(course_model):
         earned("04.throughput_vs_batch", {"sweep_runs": runs, "throughput": {1: 1, 2: 2, 4: 3}}, SEEDS[0])
         == 0
     )
+
+
+def test_flags_must_leave_room_for_the_null_block():
+    """A cache of exactly the blocks the goal needs is one short: vLLM keeps block 0 aside."""
+    import math
+
+    from lab_utils.grading import lab_scenario
+
+    scen = lab_scenario("05", SEEDS[0])
+    per_token = 2 * 30 * 3 * 64 * 4
+    need = scen["goal_concurrency"] * math.ceil(scen["goal_context"] / 128)
+
+    def answer(blocks: float) -> dict:
+        gib = blocks * 128 * per_token / 2**30
+        flags = {
+            "kv_cache_gib": gib,
+            "max_model_len": scen["goal_context"],
+            "max_num_seqs": scen["goal_concurrency"],
+        }
+        whole = int(gib * 2**30) // (128 * per_token)
+        return {"chosen_flags": flags, "predicted_concurrency": whole / math.ceil(scen["goal_context"] / 128)}
+
+    assert earned("05.flags_for_goal", answer(need + 0.5), SEEDS[0]) == 0  # the old check's answer
+    assert earned("05.flags_for_goal", answer(need + 1.5), SEEDS[0]) == 3

@@ -97,9 +97,10 @@ def _(chosen_flags, predicted_concurrency, rng, scenario):
     gib = float(f["kv_cache_gib"])
     need_blocks = c * math.ceil(ctx / CPU_BLOCK)
     got_blocks = int(gib * GiB) // (COURSE_BYTES_PER_TOKEN * CPU_BLOCK)
-    if got_blocks < need_blocks:
+    # vLLM keeps one block aside (the null block, block 0), so the requests get got_blocks - 1
+    if got_blocks - 1 < need_blocks:
         raise AssertionError("this KV cache cannot hold the goal's requests at full length")
-    if got_blocks > need_blocks + 1:
+    if got_blocks - 1 > need_blocks + 1:
         raise AssertionError("this KV cache is larger than the goal needs (more than one block to spare)")
     want = _ref_concurrency(gib, ctx)
     # tolerance: 2 % of the reference model (vLLM's block arithmetic; the log prints two decimals)
