@@ -300,3 +300,36 @@ def test_an_unsandboxed_row_says_so(tmp_path):
     )
     assert [o.status for o in outcomes] == ["ok (unsandboxed)"]
     assert float(rows(tmp_path / "out")["ana"]["total"]) == 1  # extra_tensor_bytes's point, as in a sandbox
+
+
+def test_a_student_folder_is_copied_only_when_it_is_plain_files(tmp_path):
+    from grader.grader import MAX_DEPTH, MAX_FILE_BYTES, copy_submission
+
+    def folder(name: str) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "07_triton.ipynb").write_text("{}")
+        (d / "notes.txt").write_text("mine")
+        return d
+
+    ok = folder("ok")
+    (ok / "08_other_lab.ipynb").write_text("{}")
+    assert copy_submission(ok, tmp_path / "ok-copy", "07_triton.ipynb") == ""
+    assert sorted(p.name for p in (tmp_path / "ok-copy").iterdir()) == ["07_triton.ipynb", "notes.txt"]
+
+    link = folder("link")
+    (link / "seed").symlink_to("/etc/hostname")
+    assert "symbolic link" in copy_submission(link, tmp_path / "link-copy", "07_triton.ipynb")
+    fifo = folder("fifo")
+    os.mkfifo(fifo / "pipe")
+    assert "not a regular file" in copy_submission(fifo, tmp_path / "fifo-copy", "07_triton.ipynb")
+    big = folder("big")
+    with open(big / "weights.bin", "wb") as f:  # sparse: no real disk used
+        f.truncate(MAX_FILE_BYTES + 1)
+    assert "larger than" in copy_submission(big, tmp_path / "big-copy", "07_triton.ipynb")
+    deep = folder("deep")
+    d = deep
+    for i in range(MAX_DEPTH + 2):
+        d = d / f"d{i}"
+        d.mkdir()
+    assert "deeper than" in copy_submission(deep, tmp_path / "deep-copy", "07_triton.ipynb")
