@@ -135,6 +135,10 @@ def _params(svc, text: str, max_new: int, **extra):
     return validate(body, svc.config, svc.tok.encode, stream=False)
 
 
+# the grammar forbids EOS until 150 repeats are written: a request that surely runs for a while
+LONG = {"grammar": {"type": "regex", "value": "(ab ){150}"}}
+
+
 def _kv_free(svc) -> int:
     return svc.engine.scheduler.kv.num_free_blocks
 
@@ -186,8 +190,10 @@ def test_cancelled_and_timed_out_requests_free_their_kv_blocks(service):
     free0 = _kv_free(service)
 
     async def main():
-        job = service.start_job(_params(service, "Tell me a long story about a dragon.", 200), None)
+        job = service.start_job(_params(service, "Repeat:", 300, **LONG), None)
+        t0 = time.monotonic()
         while job.sent < 3:
+            assert job.finished is None and time.monotonic() - t0 < 60
             await asyncio.sleep(0.02)
         assert _kv_free(service) < free0
         job.cancelled = True  # what a disconnected client's handler does
@@ -201,7 +207,7 @@ def test_cancelled_and_timed_out_requests_free_their_kv_blocks(service):
         try:
             t0 = time.monotonic()
             with pytest.raises(TGIError) as e:
-                await service.generate(_params(service, "Tell me a long story about a cat.", 400))
+                await service.generate(_params(service, "Repeat:", 300, **LONG))
             assert e.value.status == 408 and e.value.error_type == "timeout"
             assert time.monotonic() - t0 < 10
         finally:
@@ -210,7 +216,7 @@ def test_cancelled_and_timed_out_requests_free_their_kv_blocks(service):
         assert _kv_free(service) == free0
 
         # a non-streaming generate cancelled mid-way (its handler's task is cancelled)
-        task = asyncio.ensure_future(service.generate(_params(service, "Write a poem about rain.", 200)))
+        task = asyncio.ensure_future(service.generate(_params(service, "Repeat:", 300, **LONG)))
         await asyncio.sleep(1.0)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
