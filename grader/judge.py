@@ -18,7 +18,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab_utils.grading.scoring import CORRECT, ERROR, NOT_ANSWERED, PARTIAL, REFERENCE, WRONG, Result, score
+from lab_utils.grading.scoring import (
+    ERROR,
+    NOT_ANSWERED,
+    REFERENCE,
+    WRONG,
+    Result,
+    check_fraction,
+    result_for,
+    score,
+)
 
 from .registry import Question, hidden_check, hidden_rng, questions_for
 from .remote import LearnerError, Runner, RunnerFailed, UsesReference
@@ -60,18 +69,10 @@ def _run(fn, values: dict, extra: dict) -> tuple[float | None, str, str]:
     except Exception as exc:
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return None, ERROR, f"your answer raised {last}"[:300]
-    if fraction is None:
-        return 1.0, CORRECT, ""
-    try:
-        frac = float(fraction)
-    except (TypeError, ValueError):
-        return None, ERROR, "check returned a non-number (a bug in the check)"
-    return min(1.0, max(0.0, frac)), "", ""
+    return check_fraction(fraction)
 
 
-def _result(q: Question, frac: float) -> Result:
-    status = CORRECT if frac == 1.0 else (PARTIAL if frac > 0 else WRONG)
-    return Result(q.id, q.points, round(q.points * frac, 4), status, "")
+_result = result_for
 
 
 def judge_question(q: Question, ctx: Context) -> Result:

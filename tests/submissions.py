@@ -26,3 +26,20 @@ def put(folder: Path, student: str, content, name: str = "07_triton.ipynb") -> P
     else:
         nbformat.write(content, str(path))
     return path
+
+
+# Lab 07's three function answers that need no server: right ones, for the class-grading tests.
+SERVED = (
+    "def served_versions(on_disk, policy):\n"
+    "    versions = sorted(on_disk)\n"
+    "    if 'all' in policy:\n        return versions\n"
+    "    if 'specific' in policy:\n"
+    "        return [v for v in versions if v in set(policy['specific']['versions'])]\n"
+    "    return versions[-int(policy.get('latest', {}).get('num_versions', 1)):]\n"
+)
+BYTES = "def extra_tensor_bytes(prompt, new, width=8):\n    return 2 * width * (prompt + new)\n"
+KV = (
+    "def trtllm_kv_tokens(gpu, weights, act, fraction, kv, max_tokens=None):\n"
+    "    tokens = int((gpu - weights - act) * 2**30 * fraction // kv)\n"
+    "    return tokens if max_tokens is None else min(tokens, int(max_tokens))\n"
+)

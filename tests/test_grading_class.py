@@ -17,7 +17,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from submissions import notebook, put
+from submissions import BYTES, KV, SERVED, notebook, put
 
 from grader.gradebook import question_summary, write_histogram
 from grader.grader import Outcome, grade_class
@@ -27,21 +27,6 @@ from lab_utils.grading import questions_for
 REPO = Path(__file__).resolve().parent.parent
 SEED = 4242
 TIMEOUT = 100  # per notebook: well above a tiny notebook's run even on a loaded machine
-
-SERVED = (
-    "def served_versions(on_disk, policy):\n"
-    "    versions = sorted(on_disk)\n"
-    "    if 'all' in policy:\n        return versions\n"
-    "    if 'specific' in policy:\n"
-    "        return [v for v in versions if v in set(policy['specific']['versions'])]\n"
-    "    return versions[-int(policy.get('latest', {}).get('num_versions', 1)):]\n"
-)
-BYTES = "def extra_tensor_bytes(prompt, new, width=8):\n    return 2 * width * (prompt + new)\n"
-KV = (
-    "def trtllm_kv_tokens(gpu, weights, act, fraction, kv, max_tokens=None):\n"
-    "    tokens = int((gpu - weights - act) * 2**30 * fraction // kv)\n"
-    "    return tokens if max_tokens is None else min(tokens, int(max_tokens))\n"
-)
 
 
 HOSTILE = {  # student: notebook, expected status, expected points
@@ -94,7 +79,7 @@ def test_status_enum_and_no_preexec_fn():
     assert Status.of("ok") is Status.OK and Status.of("cell errors: X") is Status.CELL_ERRORS
     assert Status.of("empty notebook: no code") is Status.EMPTY
     assert Status.TIMEOUT.failed and not Status.CELL_ERRORS.failed
-    from lab_utils.grading import sandbox
+    from grader import sandbox
 
     src = inspect.getsource(sandbox)
     assert "start_new_session=True" in src and "preexec_fn" not in src.replace("`preexec_fn`", "")
@@ -170,7 +155,7 @@ def test_bad_inputs_each_get_a_row(tmp_path):
         "Ana": Status.DUPLICATE,
         "ana": Status.DUPLICATE,
         "twice": Status.DUPLICATE,
-        "dangling": Status.UNREADABLE,
+        "dangling": Status.REFUSED,  # a symbolic link, dangling or not
         "folder": Status.UNREADABLE,
         "binary": Status.NOT_A_NOTEBOOK,
     }

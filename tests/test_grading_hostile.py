@@ -18,26 +18,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from submissions import notebook, put
+from submissions import BYTES, KV, SERVED, notebook, put
 
 REPO = Path(__file__).resolve().parent.parent
 SEED = 5151
 MARKER = "lab-hostile-daemon-7f3a"  # in the command line of the double-forked process
 
-SERVED = (
-    "def served_versions(on_disk, policy):\n"
-    "    versions = sorted(on_disk)\n"
-    "    if 'all' in policy:\n        return versions\n"
-    "    if 'specific' in policy:\n"
-    "        return [v for v in versions if v in set(policy['specific']['versions'])]\n"
-    "    return versions[-int(policy.get('latest', {}).get('num_versions', 1)):]\n"
-)
-BYTES = "def extra_tensor_bytes(prompt, new, width=8):\n    return 2 * width * (prompt + new)\n"
-KV = (
-    "def trtllm_kv_tokens(gpu, weights, act, fraction, kv, max_tokens=None):\n"
-    "    tokens = int((gpu - weights - act) * 2**30 * fraction // kv)\n"
-    "    return tokens if max_tokens is None else min(tokens, int(max_tokens))\n"
-)
 GOOD = (SERVED, BYTES, KV)
 ANSWERS = ("served_versions", "extra_tensor_bytes", "trtllm_kv_tokens")
 

@@ -180,6 +180,11 @@ def _run(q: Question, fn, values: dict, extra: dict, forbidden: list) -> tuple[f
             REFERENCE,
             f"your answer calls the course's reference `{watch.hit.split(':')[-1]}`; write your own",
         )
+    return check_fraction(fraction)
+
+
+def check_fraction(fraction) -> tuple[float | None, str, str]:
+    """What a check returned (None: full marks, else a fraction) as (fraction, status, message)."""
     if fraction is None:
         return 1.0, CORRECT, ""
     try:
@@ -187,6 +192,12 @@ def _run(q: Question, fn, values: dict, extra: dict, forbidden: list) -> tuple[f
     except (TypeError, ValueError):
         return None, ERROR, "check returned a non-number (a bug in the check)"
     return min(1.0, max(0.0, frac)), "", ""
+
+
+def result_for(q: Question, frac: float) -> Result:
+    """The Result of question `q` for a fraction of its points."""
+    status = CORRECT if frac == 1.0 else (PARTIAL if frac > 0 else WRONG)
+    return Result(q.id, q.points, round(q.points * frac, 4), status, "")
 
 
 def _prepare(q: Question, namespace: dict) -> tuple[dict | None, Result | None, list]:
@@ -221,9 +232,7 @@ def _prepare(q: Question, namespace: dict) -> tuple[dict | None, Result | None, 
     return values, None, forbidden
 
 
-def _result(q: Question, frac: float) -> Result:
-    status = CORRECT if frac == 1.0 else (PARTIAL if frac > 0 else WRONG)
-    return Result(q.id, q.points, round(q.points * frac, 4), status, "")
+_result = result_for
 
 
 def score(q: Question, namespace: dict) -> Result:
