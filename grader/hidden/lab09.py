@@ -85,7 +85,7 @@ def _co_gap(run) -> float:
     s = run.settings
     due = intended_starts(s["num_requests"], s["rate"], s.get("seed", 0))
     ok = [r for r in run.records if r.ok]
-    return _pct([r.finish - due[r.request_id] for r in ok], 95) - _pct([r.e2e for r in ok], 95)
+    return _pct([r.finish - due[r.request_id] for r in ok], 95) - _pct([r.finish - r.sent for r in ok], 95)
 
 
 @hidden("09.coordinated_omission")
