@@ -104,6 +104,13 @@ def test_a_forbidden_reference_refuses_learner_callers_however_reached(tmp_path)
     )
     forbid = ["lab_utils.kv.workload:never_used_fraction", "lab_utils.kv.kv_cache_manager:KVCacheManager"]
     w = [WorkloadRequest("a", 0, 10, 5, 20)]
+    for name in ("same", "wrapped", "Mine"):  # refused as soon as it is asked for, before any call:
+        r = _runner(folder, tmp_path, forbid)  # course code handed the reference would call it freely
+        try:
+            with pytest.raises(UsesReference):
+                r.answer(name)
+        finally:
+            r.close()
     for name, args in (("same", (w,)), ("wrapped", (w,)), ("calls", (w,)), ("Mine", (8, 4))):
         r = _runner(folder, tmp_path, forbid)
         try:

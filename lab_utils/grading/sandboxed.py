@@ -55,6 +55,7 @@ def _guard_function(fn, spec: str):
         return fn(*args, **kwargs)
 
     stand_in.__wrapped__ = None  # no way back to the reference through the stand-in
+    stand_in._lab_forbidden = spec
     return stand_in
 
 
@@ -86,8 +87,29 @@ def _guard_class(cls: type, spec: str) -> type:
             super(guarded, self).__init__(*args, **kwargs)
 
         namespace["__init__"] = __init__
+    namespace["_lab_forbidden"] = spec
     guarded = type(cls.__name__, (cls,), namespace)
     return guarded
+
+
+def reference_in(value) -> str | None:
+    """The forbidden reference an answer *is* (itself, a partial of it, a bound method of it, or a
+    subclass of it), or None. Course code may call a reference; an answer may not be one, even when
+    only course code calls it (a scheduler handed to the simulator)."""
+    seen = 0
+    while value is not None and seen < 10:
+        seen += 1
+        spec = getattr(value, "_lab_forbidden", None) if isinstance(value, type) or callable(value) else None
+        if isinstance(spec, str):
+            return spec
+        if isinstance(value, type):
+            for base in value.__mro__[1:]:
+                spec = vars(base).get("_lab_forbidden")
+                if isinstance(spec, str):
+                    return spec
+            return None
+        value = getattr(value, "func", None) or getattr(value, "__func__", None)
+    return None
 
 
 def forbid(specs: list[str]) -> None:
@@ -170,6 +192,8 @@ class Runner:
             if name not in self.answers:
                 why = self.problems.get(name, "was not saved (define it and run its cell)")
                 raise LookupError(f"`{name}` {why}")
+            if spec := reference_in(self.answers[name]):
+                raise UsesReference(spec)
             return self.out(self.answers[name])
         if op == "library":  # a course function driving the learner's answers (checks.inside)
             module_name, _, qualname = str(request.get("fn", "")).partition(":")
