@@ -96,7 +96,7 @@ def lab01_answers(seed: int) -> dict:
         / (1 + s["spec_k"] * s["draft_cost_ratio"]),
         "prefill_ttft_s": prefill_ttft_s,
         "scenario_ttft_s": prefill_ttft_s(
-            spec.num_params, s["prompt_tokens"], gpu.bf16_tflops, s["mfu"], *s["ttft_parallel"]
+            spec.non_embedding_params, s["prompt_tokens"], gpu.bf16_tflops, s["mfu"], *s["ttft_parallel"]
         ),
     }
 
@@ -350,3 +350,23 @@ def test_notebooks_import_no_reference():
                 package = module.rsplit(".", 1)[0]
                 assert spec not in imported and f"{package}:{attr}" not in imported, (name, spec)
                 assert module not in imported, (name, module)
+
+
+def test_ttft_counts_the_parameters_a_token_goes_through():
+    """The embedding is a lookup: a TTFT from every parameter is wrong for the scenario."""
+    seed = 5
+    answers = _answers("01.prefill_ttft", seed)
+    s = lab_scenario("01", seed)
+    from lab_utils.memory import GPUS, ModelSpec
+
+    spec, gpu = ModelSpec(**s["model"]), GPUS[s["gpu"]]
+    fn = answers["prefill_ttft_s"]
+    simple = {
+        **answers,
+        "scenario_ttft_s": fn(
+            spec.num_params, s["prompt_tokens"], gpu.bf16_tflops, s["mfu"], *s["ttft_parallel"]
+        ),
+    }
+    q = get("01.prefill_ttft")
+    assert score_graded(q, answers, seed).earned == q.points
+    assert score_graded(q, simple, seed).earned == 0
