@@ -1,0 +1,54 @@
+"""The learner's copy (`make release OUT=DIR`): labs, the learner side of the library and the set-up
+files; no solutions, no instructor side; the public checks work inside it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CHECKS = """
+import lab_utils, pathlib, sys
+assert pathlib.Path(lab_utils.__file__).resolve().is_relative_to(pathlib.Path.cwd().resolve()), lab_utils.__file__
+from lab_utils.grading import check, questions_for
+try:
+    import grader.judge
+    sys.exit("the instructor side is importable from the learner's copy")
+except ImportError:
+    pass
+def extra_tensor_bytes(prompt, new, width=8):
+    return 2 * width * (prompt + new)
+good = check("07.extra_tensor_bytes", {"extra_tensor_bytes": extra_tensor_bytes})
+bad = check("07.extra_tensor_bytes", {"extra_tensor_bytes": lambda p, n, b=8: 1})
+print("RESULT", good.status, "|", bad.status, "|", len(questions_for("07")))
+"""
+
+
+def test_the_learners_copy_has_no_solutions_and_its_checks_work(tmp_path):
+    out = tmp_path / "class"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "release.py"), str(out)], check=True, cwd=tmp_path)
+    assert (out / "labs").is_dir() and (out / "lab_utils" / "grading" / "questions").is_dir()
+    for gone in ("solutions", "grader", "tests", "bench", ".git"):
+        assert not (out / gone).exists(), gone
+    text = "\n".join(p.read_text(errors="replace") for p in out.rglob("*") if p.suffix in (".py", ".ipynb"))
+    assert "### BEGIN SOLUTION" not in "\n".join(p.read_text() for p in (out / "labs").glob("*.ipynb"))
+    assert "@hidden(" not in text and "from grader" not in text
+    assert sorted(p.name for p in (out / "labs").glob("*.ipynb")) == sorted(
+        p.name for p in (REPO / "solutions").glob("[0-9][0-9]_*.ipynb")
+    )
+    # `make lab` is there, as in the full repository (dry run: nothing is installed)
+    dry = subprocess.run(["make", "-n", "lab"], cwd=out, capture_output=True, text=True)
+    assert dry.returncode == 0 and "jupyter lab" in dry.stdout, dry.stdout + dry.stderr
+    # the public checks run from the copy's own library, with the instructor side out of reach
+    # -S: site-packages without this checkout's editable install (which maps lab_utils and grader here),
+    # as in the class's own environment built from the copy
+    import sysconfig
+
+    path = f"{out}:{sysconfig.get_paths()['purelib']}"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": path, "MPLBACKEND": "Agg"}
+    run = subprocess.run(
+        [sys.executable, "-S", "-c", CHECKS], cwd=out, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "RESULT correct | not yet right | " in run.stdout, run.stdout
