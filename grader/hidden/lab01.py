@@ -157,5 +157,7 @@ def _(prefill_ttft_s, scenario_ttft_s, rng, scenario):
 
     s = scenario
     tp, pp = s["ttft_parallel"]
-    want = _ttft(_spec(s).non_embedding_params, s["prompt_tokens"], GPUS[s["gpu"]].bf16_tflops, s["mfu"], tp, pp)
+    want = _ttft(
+        _spec(s).non_embedding_params, s["prompt_tokens"], GPUS[s["gpu"]].bf16_tflops, s["mfu"], tp, pp
+    )
     assert close(scenario_ttft_s, want, 1e-3), "scenario_ttft_s is not the TTFT for this run's SCENARIO"
