@@ -576,7 +576,13 @@ class Grader:
 
             key = secrets.token_hex(16)
             _apply_parameters(nb, {**self.parameters, "SEED": seed})
-            instrument(nb, names, self._inside(answers_dir, f"{INSIDE_OUT}/answers"))
+            # predictions are fixed where their check cell stands (names only predictions read)
+            others = {n for q in qs if not q.predict for n in q.answers}
+            predictions = {q.id: [n for n in q.answers if n not in others] for q in qs if q.predict}
+            unchecked = instrument(nb, names, self._inside(answers_dir, f"{INSIDE_OUT}/answers"), predictions)
+            outcome.flags += [
+                f"{q}: the prediction's check cell was removed (fixed at its first value)" for q in unchecked
+            ]
             import nbformat
 
             nbformat.write(nb, str(job_in / "submitted.ipynb"))

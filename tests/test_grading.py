@@ -263,3 +263,21 @@ def test_rerun_resumes_and_regrades_only_changes(graded_class):
     graded = [m for m in messages if m.startswith("[")]
     assert len(graded) == 1 and "partial" in graded[0]
     assert _rows(out)["partial"]["total"] == "8"
+
+
+def test_a_prediction_is_fixed_where_its_check_cell_stands(tmp_path):
+    """`PREDICTED = MEASURED` after the measurement changes nothing the grader sees."""
+    nb = notebook(
+        "p = 2",
+        'check = lambda *a: None\ncheck("07.predicted_batch")',
+        "measured = 5\np = measured",
+        "q = 1",
+        "q = measured",
+    )
+    instrument(nb, ["p", "q"], str(tmp_path), {"07.predicted_batch": ["p"], "07.other": ["q"]})
+    ns: dict = {}
+    for cell in nb.cells:
+        exec(cell.source, ns)
+    answers, _ = load_answers(tmp_path)
+    assert answers["p"] == 2  # frozen after its check cell
+    assert answers["q"] == 1  # no check cell: fixed at its first value
