@@ -93,7 +93,8 @@ def test_priority_lets_the_urgent_class_jump_the_queue():
     fcfs = simulate_priority(reqs, "fcfs", max_num_seqs=4)
     prio = simulate_priority(reqs, "priority", max_num_seqs=4)
     assert percentile(prio.ttfts(reqs, 0), 90) < 0.5 * percentile(fcfs.ttfts(reqs, 0), 90)
-    assert sum(fcfs.preemptions.values()) == 0 and sum(prio.preemptions.values()) >= 1
+    # the urgent class waits for a free slot, never longer than one low request's service
+    assert max(prio.ttfts(reqs, 0)) < 0.5 * max(fcfs.ttfts(reqs, 0))
     assert set(prio.finish) == {r.request_id for r in reqs}
     assert percentile([1, 2, 3, 4], 50) == 2.5
 

@@ -4,9 +4,10 @@
 The model is continuous batching with `max_num_seqs` slots and the step cost of lab 03
 (`StepCostModel`). Before every step the scheduler fills free slots from the waiting queue, in
 arrival order (fcfs) or by (priority, arrival) with the lower number first (priority, vLLM's
-convention). Under `priority`, a waiting request that outranks a running one takes its slot: the
-running one is preempted (its KV freed, it is recomputed later), which is how vLLM's V1 scheduler
-makes room. A request's prompt is prefilled in the step it is admitted; its first token comes out
+convention). A full batch does not preempt: as in vLLM's V1 scheduler, an urgent request waits
+for the next free slot at the head of the queue; vLLM preempts the lowest-ranked running request
+only when the KV cache has no room for a request it schedules, and this model's KV cache is
+unlimited. A request's prompt is prefilled in the step it is admitted; its first token comes out
 at the end of that step.
 """
 
@@ -36,12 +37,11 @@ class PriorityRequest:
 
 @dataclass(frozen=True)
 class PriorityRun:
-    """What happened to each request: first-token and finish times, and how often it was preempted."""
+    """What happened to each request: first-token and finish times."""
 
     policy: str
     ttft: dict[int, float]
     finish: dict[int, float]
-    preemptions: dict[int, int]
 
     def ttfts(self, requests: list[PriorityRequest], priority: int) -> list[float]:
         """TTFTs of the requests of one priority class, in request order."""
@@ -68,10 +68,8 @@ def simulate_priority(
     pending = sorted(requests, key=lambda r: (r.arrival_time, r.request_id))
     waiting: list[PriorityRequest] = []
     running: dict[int, int] = {}  # request_id -> tokens still to generate
-    by_id = {r.request_id: r for r in requests}
     ttft: dict[int, float] = {}
     finish: dict[int, float] = {}
-    preempted = {r.request_id: 0 for r in requests}
     now = 0.0
     while pending or waiting or running:
         while pending and pending[0].arrival_time <= now:
@@ -81,21 +79,8 @@ def simulate_priority(
             continue
         waiting.sort(key=order)
         prefill: list[PriorityRequest] = []
-        while waiting:
-            head = waiting[0]
-            if len(running) < max_num_seqs:
-                waiting.pop(0)
-            elif policy == "priority":
-                victim = max(running, key=lambda i: order(by_id[i]))
-                if order(by_id[victim]) <= order(head):
-                    break
-                del running[victim]  # preempted: starts again from its prompt later
-                preempted[victim] += 1
-                waiting.append(by_id[victim])
-                waiting.pop(0)
-                waiting.sort(key=order)
-            else:
-                break
+        while waiting and len(running) < max_num_seqs:
+            head = waiting.pop(0)
             running[head.request_id] = head.output_len
             prefill.append(head)
         decoding = [i for i in running if i not in {r.request_id for r in prefill}]
@@ -109,7 +94,7 @@ def simulate_priority(
         for i in [i for i, left in running.items() if left <= 0]:
             del running[i]
             finish[i] = now
-    return PriorityRun(policy, ttft, finish, preempted)
+    return PriorityRun(policy, ttft, finish)
 
 
 def percentile(values: list[float], q: float) -> float:
