@@ -346,7 +346,9 @@ def test_interrupting_a_notebook_run_stops_the_load_and_closes_connections(fake_
     threading.Thread(target=interrupt, daemon=True).start()
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        run_load(url, "m", ["x"], num_requests=2000, concurrency=4, max_tokens=100, extra_body={"delay": 0.02})
+        run_load(
+            url, "m", ["x"], num_requests=2000, concurrency=4, max_tokens=100, extra_body={"delay": 0.02}
+        )
     assert time.monotonic() - t0 < 40
     assert not [t for t in threading.enumerate() if t.name == "lab-run-coroutine" and t.is_alive()]
     sent = len(state["bodies"])
