@@ -30,24 +30,14 @@ setup: venv model adapters triton-env sandbox prometheus
 	@$(PY) -m lab_utils.setup
 
 # bubblewrap (Debian's `bubblewrap`): the grader runs every learner's code inside it (grader/sandbox.py).
-# Installed as root with apt like the other system tools; elsewhere the grader says what to install.
+# Installed as root with apt (scripts/apt_tool.sh, as for every system tool); elsewhere the grader says what to install.
 sandbox:
-	@command -v bwrap >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    (apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
-	     (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1)) || \
-	    echo "note: bubblewrap not installed; the grader will refuse to grade without --no-sandbox"; \
-	  else echo "note: bwrap not found (apt-get install bubblewrap); the grader needs it to grade"; fi; }
+	@bash scripts/apt_tool.sh bwrap bubblewrap "the grader refuses to grade without --no-sandbox"
 
 # Lab 12's real Prometheus (Debian's `prometheus`, 2.42), installed like bubblewrap; without it the
 # PromQL tests (tests/test_multi_tenant_slow.py) are skipped and say so.
 prometheus:
-	@command -v prometheus >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    (apt-get install -y -q prometheus >/dev/null 2>&1 || \
-	     (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q prometheus >/dev/null 2>&1)) || \
-	    echo "note: prometheus not installed; the PromQL tests are skipped"; \
-	  else echo "note: prometheus not found (apt-get install prometheus); the PromQL tests are skipped"; fi; }
+	@bash scripts/apt_tool.sh prometheus prometheus "the PromQL tests are skipped"
 
 venv: $(STAMP)
 
@@ -74,18 +64,8 @@ triton-env:
 # Debian's chromium runs the labs' widgets in JupyterLab for tests/test_browser.py (driven by playwright,
 # which is in the requirements; its own browser download is not used).
 test-tools:
-	@command -v docker-compose >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    (apt-get install -y -q docker-compose >/dev/null 2>&1 || \
-	     (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q docker-compose >/dev/null 2>&1)) || \
-	    echo "note: docker-compose not installed; compose files are checked by schema only"; \
-	  else echo "note: docker-compose not found; compose files are checked by schema only"; fi; }
-	@command -v chromium >/dev/null 2>&1 || [ -x /usr/lib/chromium/chromium ] || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    (apt-get install -y -q chromium >/dev/null 2>&1 || \
-	     (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) || \
-	    echo "note: chromium not installed; the browser test (tests/test_browser.py) is skipped"; \
-	  else echo "note: chromium not found; the browser test (tests/test_browser.py) is skipped"; fi; }
+	@bash scripts/apt_tool.sh docker-compose docker-compose "compose files are checked by schema only"
+	@[ -x /usr/lib/chromium/chromium ] || bash scripts/apt_tool.sh chromium chromium "the browser test (tests/test_browser.py) is skipped"
 
 # JupyterLab refuses to run as root unless told; containers and lab VMs often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)

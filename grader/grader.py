@@ -66,6 +66,7 @@ from .gradebook import (
 from .judge import Context, judge_lab
 from .originality import is_copy, pasted_references
 from .registry import all_questions, questions_for
+from .runner import MAX_FOLDER_BYTES  # the whole folder (also the cap on what a Ray task ships)
 from .sandbox import INSIDE_IN, INSIDE_OUT, INSIDE_WORK, Sandbox, Status, run_limited, sandbox_problem
 
 
@@ -299,7 +300,6 @@ def job_seed(seed: int, student: str, lab: str) -> int:
 
 
 MAX_FILE_BYTES = 50 * 2**20  # one file in a student's folder
-MAX_FOLDER_BYTES = 200 * 2**20  # the whole folder
 MAX_DEPTH = 8
 MAX_FILES = 2000
 

@@ -72,9 +72,6 @@ def _run(fn, values: dict, extra: dict) -> tuple[float | None, str, str]:
     return check_fraction(fraction)
 
 
-_result = result_for
-
-
 def judge_question(q: Question, ctx: Context) -> Result:
     """Score one question: public check, then hidden check, against a fresh sandboxed runner."""
     log = ctx.work / f"runner-{q.id}.log"
@@ -112,14 +109,14 @@ def judge_question(q: Question, ctx: Context) -> Result:
             return Result(q.id, q.points, 0.0, status, message)
         check = hidden_check(q.id)
         if check is None or public == 0:
-            return _result(q, public)
+            return result_for(q, public)
         extra = {"rng": hidden_rng(ctx.key, ctx.student, q.lab, q.id), "scenario": dict(ctx.scenario)}
         frac, status, message = _run(check, values, extra)
         if frac is None:
             if status == WRONG:
                 message = f"passes the public check but not the grader's unseen cases: {message}"
             return Result(q.id, q.points, 0.0, status, message)
-        return _result(q, round(public * frac, 6))
+        return result_for(q, round(public * frac, 6))
     finally:
         runner.close()
 
@@ -157,7 +154,7 @@ def score_in_process(q: Question, namespace: dict, seed: int) -> Result:
             message = f"passes the public check but not the grader's unseen cases: {message}"
         return Result(q.id, q.points, 0.0, status, message)
     public_frac = public.earned / q.points if q.points else 0.0
-    return _result(q, round(public_frac * frac, 6))
+    return result_for(q, round(public_frac * frac, 6))
 
 
 score_graded = score_in_process  # the name the course's tests know

@@ -102,6 +102,7 @@ class Runner:
             start_new_session=True,
         )
         self._buf = b""
+        self._next_memory_check = 0.0
         ready = self._reply()
         if "err" in ready:
             err = ready["err"]
@@ -114,12 +115,17 @@ class Runner:
 
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._buf:
-            left = self.deadline - time.monotonic()
+            now = time.monotonic()
+            left = self.deadline - now
             if left <= 0:
                 raise RunnerFailed(f"the answer took longer than {self.timeout:.0f} s")
+            # the memory of the runner's tree, read at most every 0.5 s: not once per reply, since a
+            # hidden check may make thousands of calls
+            if self.memory_mb and now >= self._next_memory_check:
+                self._next_memory_check = now + 0.5
+                if tree_memory_mb(self.proc.pid) > self.memory_mb:
+                    raise RunnerFailed(f"the answer used more than {self.memory_mb} MB")
             ready, _, _ = select.select([fd], [], [], min(left, 0.5))
-            if self.memory_mb and tree_memory_mb(self.proc.pid) > self.memory_mb:
-                raise RunnerFailed(f"the answer used more than {self.memory_mb} MB")
             if not ready:
                 continue
             chunk = os.read(fd, 1 << 20)

@@ -24,6 +24,7 @@ KEEP = [
     "docker",
     "scripts/install_course_env.sh",
     "scripts/triton_env.sh",
+    "scripts/apt_tool.sh",  # `make setup` installs bubblewrap and prometheus with it
     "Makefile",
     "pyproject.toml",
     "environment.yml",
