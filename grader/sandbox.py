@@ -116,6 +116,25 @@ def sandbox_problem() -> str:
     return why
 
 
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _under_tmp(paths) -> list[str]:
+    """The paths (resolved) that lie under /tmp, outermost first, none inside another."""
+    found = sorted({os.path.realpath(p) for p in paths if p and _within(os.path.realpath(p), "/tmp")})
+    return [p for p in found if p != "/tmp" and not any(q != p and _within(p, q) for q in found)]
+
+
+def _needed() -> list[str]:
+    """What learner code needs to see wherever it lives: the Python environment, the course
+    repository (library, .venv-triton) and the course cache (the prepared model)."""
+    paths = [sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parent.parent)]
+    cache = os.environ.get("COURSE_CACHE")
+    paths.append(cache if cache else str(Path.home() / ".cache" / "llm-serving-lab"))
+    return paths
+
+
 @dataclass
 class Sandbox:
     """What one sandboxed run sees. Paths are on the host; `read_only` maps host -> inside."""
@@ -139,11 +158,6 @@ class Sandbox:
             "--proc",
             "/proc",
         ]
-        for path in self.hide:
-            if os.path.isdir(path):
-                opts += ["--tmpfs", path]
-            elif os.path.exists(path):
-                opts += ["--ro-bind", "/dev/null", path]
         opts += [
             "--size",
             str(self.tmp_mb * 2**20),
@@ -156,6 +170,18 @@ class Sandbox:
             "--dir",
             INSIDE_WORK,
         ]
+        # a checkout, environment or model cache that lives under /tmp is bound back, read-only,
+        # over the private /tmp; the folders to hide are hidden after that, so inside one as well
+        back = _under_tmp(_needed())
+        for path in back:
+            opts += ["--ro-bind", path, path]
+        for path in self.hide:
+            if _under_tmp([path]) and not any(_within(path, b) for b in back):
+                continue  # already gone with the host's /tmp
+            if os.path.isdir(path):
+                opts += ["--tmpfs", path]
+            elif os.path.exists(path):
+                opts += ["--ro-bind", "/dev/null", path]
         for host, inside in self.read_only.items():
             opts += ["--ro-bind", host, inside]
         for host, inside in self.writable.items():

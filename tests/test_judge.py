@@ -219,3 +219,21 @@ def test_the_sandbox_hides_what_it_is_told_to(tmp_path):
 
 def test_runner_failed_is_not_an_exception_a_check_can_swallow():
     assert not issubclass(RunnerFailed, Exception) and not issubclass(UsesReference, Exception)
+
+
+def test_a_checkout_under_tmp_is_bound_back_with_its_hidden_folders_still_hidden(tmp_path, monkeypatch):
+    """The sandbox's /tmp is private; a course that lives under /tmp (a CI clone) must still be seen."""
+    import subprocess
+
+    from grader import sandbox as box_module
+
+    repo = tmp_path / "repo"
+    (repo / "grader").mkdir(parents=True)
+    (repo / "grader" / "secret.py").write_text("KEY = 1\n")
+    (repo / "lib.py").write_text("VISIBLE = 1\n")
+    monkeypatch.setattr(box_module, "_needed", lambda: [str(repo)])
+    box = Sandbox(hide=[str(repo / "grader")])
+    cmd = box.wrap(["/bin/ls", str(repo), str(repo / "grader")], {"PATH": "/usr/bin:/bin"})
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert "lib.py" in out.stdout and "secret.py" not in out.stdout
