@@ -397,3 +397,15 @@ def test_fact_rejects_missing_evidence():
     with pytest.raises(ValueError):
         facts.Fact(1, "a source without a date", source="somewhere")
     assert "read 2026" in facts.describe("tgi.last_release")
+
+
+def test_tgi_stand_in_flags_default_to_its_config():
+    """The stand-in's limits are set in one place: every launcher flag defaults to TGIConfig's field."""
+    from lab_utils.tgi.__main__ import parse_args
+    from lab_utils.tgi.admission import TGIConfig
+
+    flags = vars(parse_args(["--port", "1"]))
+    fields = {f.name: f.default for f in dataclasses.fields(TGIConfig)}
+    shared = set(flags) & set(fields)
+    assert {"max_batch_total_tokens", "max_input_tokens", "max_concurrent_requests"} <= shared
+    assert {k: flags[k] for k in shared} == {k: fields[k] for k in shared}

@@ -12,7 +12,17 @@ import signal
 import sys
 
 
+def _defaults() -> dict:
+    """TGIConfig's field defaults: the one place the stand-in's limits are set (flags and class agree)."""
+    import dataclasses
+
+    from .admission import TGIConfig
+
+    return {f.name: f.default for f in dataclasses.fields(TGIConfig)}
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    d = _defaults()
     ap = argparse.ArgumentParser(prog="python -m lab_utils.tgi", description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--model-id", default=None, help="model folder (default: the course model)")
@@ -22,17 +32,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="require 'Authorization: Bearer KEY' (except on /health); prefer the environment "
         "variable TGI_STAND_IN_API_KEY, which `ps` does not show",
     )
-    ap.add_argument("--max-input-tokens", type=int, default=1024)
-    ap.add_argument("--max-total-tokens", type=int, default=2048)
-    ap.add_argument("--max-batch-prefill-tokens", type=int, default=None)
-    ap.add_argument("--max-batch-total-tokens", type=int, default=8192)
-    ap.add_argument("--max-concurrent-requests", type=int, default=128)
-    ap.add_argument("--waiting-served-ratio", type=float, default=0.3)
-    ap.add_argument("--max-waiting-tokens", type=int, default=20)
-    ap.add_argument("--max-batch-size", type=int, default=None)
-    ap.add_argument("--max-best-of", type=int, default=2)
-    ap.add_argument("--max-stop-sequences", type=int, default=4)
-    ap.add_argument("--max-top-n-tokens", type=int, default=5)
+    ap.add_argument("--max-input-tokens", type=int, default=d["max_input_tokens"])
+    ap.add_argument("--max-total-tokens", type=int, default=d["max_total_tokens"])
+    ap.add_argument("--max-batch-prefill-tokens", type=int, default=d["max_batch_prefill_tokens"])
+    # the real launcher infers this one from the GPU memory left after the model; the stand-in fixes it
+    ap.add_argument("--max-batch-total-tokens", type=int, default=d["max_batch_total_tokens"])
+    ap.add_argument("--max-concurrent-requests", type=int, default=d["max_concurrent_requests"])
+    ap.add_argument("--waiting-served-ratio", type=float, default=d["waiting_served_ratio"])
+    ap.add_argument("--max-waiting-tokens", type=int, default=d["max_waiting_tokens"])
+    ap.add_argument("--max-batch-size", type=int, default=d["max_batch_size"])
+    ap.add_argument("--max-best-of", type=int, default=d["max_best_of"])
+    ap.add_argument("--max-stop-sequences", type=int, default=d["max_stop_sequences"])
+    ap.add_argument("--max-top-n-tokens", type=int, default=d["max_top_n_tokens"])
     ap.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
     ap.add_argument(
         "--payload-limit", type=int, default=2_000_000, help="largest request body in bytes (413 beyond)"
