@@ -1,5 +1,6 @@
 """How fast is the batching simulator? Targets: 10,000 requests under continuous batching in < 1 s,
-and an explorer (widget) update in < 100 ms.
+1,000,000 ShareGPT requests in < 5 s (the target scales with --requests), and an explorer (widget)
+update in < 100 ms.
 
     python bench/sim_speed.py [--requests 10000] [--repeats 3]
 
@@ -69,6 +70,9 @@ def main() -> int:
             output_len=LengthDist("lognormal", mean=128, sigma=0.8, high=1024),
             seed=1,
         )
+    from lab_utils.hostperf import machine_line
+
+    print(machine_line())
     decode_tokens = sum(w.output_len for w in workload)
     cost = StepCostModel(fixed_s=0.012, per_token_s=4e-5, per_context_token_s=2e-8)  # a small GPU-ish model
     cont_policy = ContinuousBatching(
@@ -83,18 +87,26 @@ def main() -> int:
         return n
 
     base_wall, base_cpu, _ = timed(token_loop, args.repeats)
-    static_wall, static_cpu, _ = timed(lambda: simulate(workload, StaticBatching(64), cost), args.repeats)
-    cont_wall, cont_cpu, res = timed(lambda: simulate(workload, cont_policy, cost), args.repeats)
+    # past 100k requests the per-step records (each listing its decoding requests) would take
+    # gigabytes; the request records, and every figure printed here, stay
+    keep = args.requests <= 100_000
+    static_wall, static_cpu, _ = timed(
+        lambda: simulate(workload, StaticBatching(64), cost, keep_steps=keep), args.repeats
+    )
+    cont_wall, cont_cpu, res = timed(
+        lambda: simulate(workload, cont_policy, cost, keep_steps=keep), args.repeats
+    )
+    target = 1.0 * args.requests / 10_000 if args.requests <= 10_000 else 5.0 * args.requests / 1_000_000
     m = summarize(res)
     print(
-        f"workload ({args.workload}): {args.requests} requests, {decode_tokens} output tokens; continuous run: {len(res.steps)} steps, "
+        f"workload ({args.workload}): {args.requests} requests, {decode_tokens} output tokens; continuous run: {res.num_steps} steps{'' if keep else ' (records not kept)'}, "
         f"{sum(r.num_preemptions for r in res.requests)} preemptions, {m.output_tokens_per_s:.0f} simulated tok/s"
     )
     print(f"bare loop over every output token : wall {base_wall:6.3f} s  cpu {base_cpu:6.3f} s")
     print(f"static batching (batch 64)        : wall {static_wall:6.3f} s  cpu {static_cpu:6.3f} s")
     print(
         f"continuous batching (256 seqs)    : wall {cont_wall:6.3f} s  cpu {cont_cpu:6.3f} s  "
-        f"[target < 1 s: {'met' if cont_cpu < 1.0 else 'MISSED'} on cpu time]"
+        f"[target < {target:g} s: {'met' if cont_cpu < target else 'MISSED'} on cpu time]"
     )
     print(f"  ratio continuous / bare token loop: {cont_cpu / base_cpu:5.2f} (cpu)")
     print(f"  ratio continuous / static         : {cont_cpu / static_cpu:5.2f} (cpu)")

@@ -79,3 +79,35 @@ def measure_read_bandwidth(megabytes: int = 256, repeats: int = 7, device: str =
     )
     del x
     return stamp(result)
+
+
+def machine_line() -> str:
+    """One line naming this machine for a benchmark's output: CPU model, the vector and matrix
+    instruction sets that decide the fast dtype (AVX2 only: float32; AVX-512 BF16 or AMX: bf16),
+    and the CPUs this process may use."""
+    import os
+    import platform
+
+    model, flags = "?", set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and model == "?":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        model = platform.processor() or "?"
+    isa = [
+        name
+        for name, flag in (
+            ("AVX2", "avx2"),
+            ("AVX-512", "avx512f"),
+            ("AVX512-BF16", "avx512_bf16"),
+            ("AMX-BF16", "amx_bf16"),
+        )
+        if flag in flags
+    ]
+    return (
+        f"machine: {model}; {', '.join(isa) or 'no AVX2'}; {len(os.sched_getaffinity(0))} CPUs; "
+        f"{platform.machine()}, python {platform.python_version()}"
+    )

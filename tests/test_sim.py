@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 
@@ -340,3 +341,13 @@ def test_metrics_on_a_hand_made_run():
     assert m.tpot_p50 == pytest.approx(1.0)
     assert m.goodput_rps == pytest.approx(2 / 3)  # C's first token came at 2.0 s
     assert m.slot_utilisation == pytest.approx((2 + 2 + 2) / (2 * 3))
+
+
+def test_dropping_step_records_keeps_every_request_figure():
+    cost = StepCostModel(0.01, 0.001, 1e-5)
+    for seed in (1, 7, 23):
+        wl, cfg = _random_case(seed)
+        full = simulate(wl, cfg, cost)
+        lean = simulate(wl, cfg, cost, keep_steps=False)
+        assert lean.steps == [] and lean.num_steps == len(full.steps) > 0
+        assert [dataclasses.asdict(r) for r in lean.requests] == [dataclasses.asdict(r) for r in full.requests]

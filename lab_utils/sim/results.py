@@ -106,6 +106,7 @@ class SimResult:
     requests: list[RequestRecord]
     steps: list[StepRecord] = field(default_factory=list)
     measured: bool = False  # True for traces of a real server (no step records)
+    num_steps: int = 0  # steps run (kept when simulate(..., keep_steps=False) drops the records)
 
     def request(self, request_id) -> RequestRecord:
         """The record of one request by id."""

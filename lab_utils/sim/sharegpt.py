@@ -107,17 +107,20 @@ def all_lengths(tokenizer=None, progress=print) -> list[tuple[int, int]]:
     """(prompt_tokens, output_tokens) of every kept first turn, counted with `tokenizer` (the course
     model's by default); cached in the course cache after the first call (about a minute)."""
     if tokenizer is None:
-        from transformers import AutoTokenizer
-
         from lab_utils.models import course_model_path
 
-        tokenizer = AutoTokenizer.from_pretrained(str(course_model_path()))
-    name = getattr(tokenizer, "name_or_path", "tokenizer") or "tokenizer"
+        name = str(course_model_path())  # the cache is looked up before the tokenizer is loaded
+    else:
+        name = getattr(tokenizer, "name_or_path", "tokenizer") or "tokenizer"
     cache = _cache_file(Path(str(name)).name)
     try:
         return [tuple(p) for p in json.loads(cache.read_text())]
     except (OSError, ValueError):
         pass
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(name)
     data = read()
     pairs = first_turns(data.conversations)
     if progress:
@@ -179,6 +182,6 @@ def sharegpt_workload(
         arrivals = np.cumsum(rng.exponential(1.0 / rate, size=num_requests))
     cap = max_output if max_output else None
     return [
-        WorkloadRequest(i, float(arrivals[i]), int(p), int(min(o, cap) if cap else o))
-        for i, (p, o) in enumerate(pairs)
+        WorkloadRequest(i, t, int(p), int(min(o, cap) if cap else o))
+        for i, (t, (p, o)) in enumerate(zip(arrivals.tolist(), pairs))
     ]

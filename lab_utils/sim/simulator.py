@@ -44,6 +44,7 @@ def simulate(
     *,
     schedule_fn: Callable[[SchedulerState], SchedulerOutput] | None = None,
     kv_manager: str = "count",
+    keep_steps: bool = True,
 ) -> SimResult:
     """Run `workload` through `policy` with step times from `cost`; return every request's and step's record.
 
@@ -56,7 +57,18 @@ def simulate(
             fast event-driven loop when the config allows it.
         kv_manager: "count" (block arithmetic) or "paged" (lab 02's
             `lab_utils.kv.KVCacheManager`, prefix caching off: placeholder token ids would hit).
+        keep_steps: False drops the per-step records (a million requests make over a million
+            steps, each listing its decoding requests: gigabytes). Request records, and so every
+            latency and throughput figure, stay; `result.num_steps` still counts the steps.
     """
+    result = _simulate(workload, policy, cost, schedule_fn, kv_manager, keep_steps)
+    result.num_steps = result.num_steps or len(result.steps)
+    if not keep_steps:
+        result.steps = []
+    return result
+
+
+def _simulate(workload, policy, cost, schedule_fn, kv_manager, keep_steps) -> SimResult:
     cost = cost or StepCostModel()
     reqs = sorted(workload, key=lambda w: (w.arrival_time, w.request_id))
     if len({w.request_id for w in reqs}) != len(reqs):
@@ -73,7 +85,7 @@ def simulate(
             was_enabled = gc.isenabled()
             gc.disable()
             try:
-                return _run_continuous_fast(reqs, policy, cost)
+                return _run_continuous_fast(reqs, policy, cost, keep_steps)
             finally:
                 if was_enabled:
                     gc.enable()
@@ -302,11 +314,17 @@ def _run_continuous_plain(
 class _Req(SimRequest):
     """SimRequest plus the bookkeeping of the event-driven engine."""
 
-    __slots__ = ("seq", "s0", "c0", "k0", "finish_step")
+    __slots__ = ("seq", "s0", "c0", "k0", "finish_step", "first_block", "b0")
+
+    def blocks_at(self, step: int, block_size: int) -> int:
+        """KV blocks a decoder holds once the block boundaries of steps up to `step` are counted."""
+        if step < self.first_block:
+            return self.b0
+        return self.b0 + (step - self.first_block) // block_size + 1
 
 
 def _run_continuous_fast(
-    reqs: list[WorkloadRequest], cfg: ContinuousBatching, cost: StepCostModel
+    reqs: list[WorkloadRequest], cfg: ContinuousBatching, cost: StepCostModel, keep_steps: bool = True
 ) -> SimResult:
     bs = cfg.block_size
     max_seqs = cfg.max_num_seqs
@@ -325,7 +343,11 @@ def _run_continuous_fast(
     decoders: dict = {}  # running requests decoding one token per step
     # A decoder r at step S has computed c0 + (S - s0) tokens and generated k0 + (S - s0).
     ctx_base = 0  # sum over decoders of (c0 + 1 - s0): context read at step S = ctx_base + n_dec * S
-    block_events: list = []  # (step, seq, request): the decoder needs a new KV block at that step
+    # A decoder needs a new KV block at every step S with S = first_block (mod block_size): its
+    # "phase". Decoders are kept by phase, so a step's new blocks are one count, and a decoder's
+    # block count is computed when it leaves (blocks_at) instead of being kept up to date.
+    phases: list[dict] = [{} for _ in range(bs)]
+    unserved: set = set()  # this step's phase members not yet given their block (shortage path only)
     finish_events: list = []  # (step, seq, request): the decoder produces its last token at that step
     free_slots = list(range(max_seqs))
     result = SimResult(cfg.name, cfg.num_slots, [])
@@ -334,16 +356,22 @@ def _run_continuous_fast(
     now, step, remaining = 0.0, 0, len(live)
     decode_ids: tuple = ()
     decode_ids_stale = True
+    step_time = cost.step_time
+    summed = type(cost) is StepCostModel and cost.combine == "sum"
+    fixed_s, per_token_s, per_ctx_s = cost.fixed_s, cost.per_token_s, cost.per_context_token_s
 
     def preempt_last(at_step: int) -> _Req:
         nonlocal free_blocks, ctx_base, decode_ids_stale
         _, v = running.popitem()
         if v.request_id in decoders:
             del decoders[v.request_id]
+            del phases[v.first_block % bs][v.request_id]
             decode_ids_stale = True
             ctx_base -= v.c0 + 1 - v.s0
             v.num_computed_tokens = v.c0 + (at_step - v.s0)
             v.num_output_tokens = v.k0 + (at_step - v.s0)
+            v.num_blocks = v.blocks_at(at_step, bs) - (v.request_id in unserved)
+            unserved.discard(v.request_id)
         else:
             del prefilling[v.request_id]
         v.seq = -1  # invalidates its pending events
@@ -368,21 +396,24 @@ def _run_continuous_fast(
             continue
         preempted: list = []
         # 1. decodes: only those crossing a block boundary this step need the KV manager
-        while block_events and block_events[0][0] <= step:
-            _, seq, r = heapq.heappop(block_events)
-            if r.seq != seq:
-                continue  # preempted since the event was queued
-            while free_blocks < 1:
-                victim = preempt_last(step)
-                preempted.append(victim.request_id)
-                if victim is r:
-                    break
-            else:
-                free_blocks -= 1
-                r.num_blocks += 1
-                nxt = step + bs
-                if nxt <= r.finish_step:
-                    heapq.heappush(block_events, (nxt, seq, r))
+        crossing = phases[step % bs]
+        if len(crossing) <= free_blocks:
+            free_blocks -= len(crossing)
+        elif crossing:  # a shortage: serve them in admission order, preempting from the back
+            order = sorted(crossing.values(), key=lambda r: r.seq)
+            unserved.update(r.request_id for r in order)
+            for r in order:
+                if r.request_id not in unserved:
+                    continue  # preempted while serving an earlier one
+                while free_blocks < 1:
+                    victim = preempt_last(step)
+                    preempted.append(victim.request_id)
+                    if victim is r:
+                        break
+                else:
+                    free_blocks -= 1
+                    unserved.discard(r.request_id)
+            unserved.clear()
         n_dec = len(decoders)
         context = ctx_base + n_dec * step
         # 2. prompt chunks of running requests
@@ -449,12 +480,16 @@ def _run_continuous_fast(
             raise RuntimeError("continuous batching planned an empty step (a simulator bug)")
         for rid, n in prefill.items():
             context += prefilling[rid].num_computed_tokens + n
-        end = now + cost.step_time(used, context)
-        if decode_ids_stale:
-            decode_ids = tuple(decoders)
-            decode_ids_stale = False
-        record = StepRecord(now, end, prefill, decode_ids, tuple(preempted))
-        steps.append(record)
+        if summed:  # StepCostModel.step_time, inlined (this line runs once per step)
+            end = now + ((fixed_s + per_ctx_s * context) + per_token_s * used)
+        else:
+            end = now + step_time(used, context)
+        if keep_steps:
+            if decode_ids_stale:
+                decode_ids = tuple(decoders)
+                decode_ids_stale = False
+            record = StepRecord(now, end, prefill, decode_ids, tuple(preempted))
+            steps.append(record)
         sampled = []
         # update: prompt chunks
         for rid, n in prefill.items():
@@ -487,10 +522,10 @@ def _run_continuous_fast(
                 ctx_base += r.c0 + 1 - r.s0
                 r.finish_step = r.s0 + (r.output_len - r.k0) - 1
                 heapq.heappush(finish_events, (r.finish_step, r.seq, r))
-                first_block = r.s0 + (-r.c0) % bs  # first step whose token starts a new block
-                if first_block <= r.finish_step:
-                    heapq.heappush(block_events, (first_block, r.seq, r))
-        if sampled:
+                r.first_block = r.s0 + (-r.c0) % bs  # first step whose token starts a new block
+                r.b0 = r.num_blocks
+                phases[r.first_block % bs][rid] = r
+        if sampled and keep_steps:
             record.prefill_sampled = tuple(sampled)
         # update: decoders producing their last token in this step
         while finish_events and finish_events[0][0] <= step:
@@ -498,17 +533,26 @@ def _run_continuous_fast(
             if r.seq != seq or r.request_id not in decoders:
                 continue
             del decoders[r.request_id]
+            del phases[r.first_block % bs][r.request_id]
             decode_ids_stale = True
             ctx_base -= r.c0 + 1 - r.s0
             r.num_computed_tokens = r.c0 + (step + 1 - r.s0)
             r.num_output_tokens = r.output_len
-            _finish(r, end, running, free_slots)
-            free_blocks += r.num_blocks
+            # blocks_at(step) and _finish, inlined: this runs once per request
+            fb = r.first_block
+            free_blocks += r.b0 if step < fb else r.b0 + (step - fb) // bs + 1
             r.num_blocks = 0
+            del running[r.request_id]
+            rec = r.record
+            rec.finish_time = end
+            rec.residencies[-1].end = end
+            heapq.heappush(free_slots, r.slot)
+            r.slot = -1
             remaining -= 1
         now = end
         step += 1
     result.requests = [r.record for r in live]
+    result.num_steps = step
     return result
 
 
