@@ -314,33 +314,44 @@ def _solution_namespace(scen: dict) -> dict:
         )
 
     def predict_rms_error(w, bits, g):
-        scale = w.double().reshape(w.shape[0], -1, g).abs().amax(dim=2) / (2 ** (bits - 1) - 1)
-        return float((scale.pow(2).mean() / 12).sqrt())
+        out, inp = w.shape
+        cols = [w[:, a : a + g].double() for a in range(0, inp, g)]  # a last group may be shorter
+        total = sum((c.abs().amax(dim=1) / (2 ** (bits - 1) - 1)).pow(2).sum() * c.shape[1] for c in cols)
+        return float((total / (12 * out * inp)).sqrt())
 
-    spec = ModelSpec(**scen["model"])
-    from lab_utils.memory import GPUS, GiB
+    def scenario_sequences(scenario):
+        from lab_utils.memory import GPUS, GiB
 
-    seqs = max_sequences(
-        GPUS[scen["gpu"]].memory_bytes,
-        weight_bytes_in(spec, scen["weights"]),
-        int(scen["other_gib"] * GiB),
-        scen["fraction"],
-        kv_cache_bytes_per_token(spec, "fp8" if scen["kv_dtype"] == "fp8" else "float16"),
-        scen["seq_len"],
-        scen["tokens_per_block"],
-    )
-    from grader.hidden.lab08 import _course_matrix
+        spec = ModelSpec(**scenario["model"])
+        return max_sequences(
+            GPUS[scenario["gpu"]].memory_bytes,
+            weight_bytes_in(spec, scenario["weights"]),
+            int(scenario["other_gib"] * GiB),
+            scenario["fraction"],
+            kv_cache_bytes_per_token(spec, "fp8" if scenario["kv_dtype"] == "fp8" else "float16"),
+            scenario["seq_len"],
+            scenario["tokens_per_block"],
+        )
 
-    w = _course_matrix(scen["layer"], scen["proj"])
+    def best_int4(results, max_bytes, min_agreement):
+        fit = [
+            r
+            for r in results
+            if r["bits"] == 4
+            and r["weight_bytes"] <= max_bytes
+            and sum(r["agreement_bits"]) >= min_agreement * len(r["agreement_bits"])
+        ]
+        return min(fit, key=lambda r: sum(r["nll"]) / len(r["nll"]))["scheme"] if fit else None
+
     return {
         "group_quantize": group_quantize,
         "matrix_bytes": matrix_bytes,
         "max_sequences": max_sequences,
-        "scenario_sequences": seqs,
+        "scenario_sequences": scenario_sequences,
         "fraction_needed": fraction_needed,
         "legacy_to_llm_api": _learner_legacy,
         "predict_rms_error": predict_rms_error,
-        "predicted_rms": {g: predict_rms_error(w, 4, g) for g in scen["group_sizes"]},
+        "best_int4": best_int4,
     }
 
 
@@ -386,8 +397,6 @@ def test_lab08_solution_answers_score_full_and_mistakes_do_not(seed):
     qs = {q.id: q for q in questions_for("08")}
     assert len(qs) >= 6
     for qid, q in qs.items():
-        if qid == "08.quant_run":
-            continue  # a measured answer: the notebook run proves it (tests/test_notebooks.py)
         r = score_graded(q, ns, seed)
         assert r.earned == r.points, f"{qid}: {r.status} {r.message}"
     # plausible mistakes: truncation instead of rounding, the fraction of the whole GPU, a typed value
@@ -409,11 +418,36 @@ def test_lab08_solution_answers_score_full_and_mistakes_do_not(seed):
 
     wrong["group_quantize"] = trunc
     wrong["max_sequences"] = lambda gpu, w, o, f, pt, L, b: int(f * gpu - w - o) // (b * pt) // -(-L // b)
-    wrong["scenario_sequences"] = ns["scenario_sequences"] + 1
     wrong["legacy_to_llm_api"] = lambda flags: {k: v for k, v in flags.items() if "plugin" not in k}
-    wrong["predicted_rms"] = {g: v * 1.05 for g, v in ns["predicted_rms"].items()}
-    for qid in ("08.group_quantize", "08.max_sequences", "08.legacy_to_llm_api", "08.predicted_rms"):
+
+    def padded_mean(w, bits, g):  # every group weighted alike, the short last one too
+        cols = [w[:, a : a + g].double() for a in range(0, w.shape[1], g)]
+        steps = torch.cat([c.abs().amax(dim=1) / (2 ** (bits - 1) - 1) for c in cols])
+        return float((steps.pow(2).mean() / 12).sqrt())
+
+    wrong["predict_rms_error"] = padded_mean
+
+    def total_nll(results, max_bytes, min_agreement):  # sums NLL: a shorter run looks better
+        fit = [r for r in results if r["bits"] == 4 and r["weight_bytes"] <= max_bytes]
+        fit = [r for r in fit if sum(r["agreement_bits"]) >= min_agreement * len(r["agreement_bits"])]
+        return min(fit, key=lambda r: sum(r["nll"]))["scheme"] if fit else None
+
+    wrong["best_int4"] = total_nll
+    for qid in (
+        "08.group_quantize",
+        "08.max_sequences",
+        "08.legacy_to_llm_api",
+        "08.predicted_rms",
+        "08.quant_run",
+    ):
         assert score_graded(qs[qid], wrong, seed).earned == 0, qid
+    # scenario_sequences that reads the notebook's own scenario instead of its argument: partial at most
+    fixed = ns["scenario_sequences"](scen)
+    typed = dict(ns, scenario_sequences=lambda scenario: fixed)
+    assert score_graded(qs["08.max_sequences"], typed, seed).earned < 0.3 * qs["08.max_sequences"].points
+    # no budget, no agreement bar: the best INT4 overall is not the answer for every run
+    loose = dict(ns, best_int4=lambda results, b, a: ns["best_int4"](results, 10**15, 0.0))
+    assert score_graded(qs["08.quant_run"], loose, seed).earned == 0
 
 
 def test_lab08_scenario_references_agree_with_the_library():

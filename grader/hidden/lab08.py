@@ -6,19 +6,77 @@ Cases come from the judge's key, not the notebook's SEED; public checks and the 
 
 from __future__ import annotations
 
-import math
-
 from grader.registry import hidden
-from lab_utils.grading.checks import close, frac_wrong
-from lab_utils.grading.questions.lab08 import _check_group, _plain, _ref_bytes, _ref_predict
+from lab_utils.grading.checks import close, frac_wrong, partial
+from lab_utils.grading.questions.lab08 import _check_group, _plain
 from lab_utils.trtllm.legacy import RENAMED
 from lab_utils.trtllm.legacy import legacy_to_llm_api as _REF_LEGACY
 from lab_utils.trtllm.plan import concurrent_sequences as _REF_SEQS
 
 GiB = 1 << 30
+_PROJS = (
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+)
 
 
 PREDICT_RTOL = 1e-3
+
+
+def _ref_group(w, bits, g):
+    import torch
+
+    qmax = 2 ** (bits - 1) - 1
+    wg = w.reshape(w.shape[0], -1, g)
+    scale = (wg.abs().amax(dim=2, keepdim=True) / qmax).clamp(min=1e-12)
+    q = torch.clamp(torch.round(wg / scale), -qmax, qmax)
+    return (q * scale).reshape(w.shape)
+
+
+def _group_case(fn, w, bits, g) -> bool:
+    """True when fn quantizes w validly and as accurately as the absmax scale."""
+    import torch
+
+    if _check_group(fn, w, bits, g) is not None:
+        return False
+    q, scale = fn(w.clone(), bits, g)
+    q, scale = torch.as_tensor(q).double(), torch.as_tensor(scale).double()
+    out, inp = w.shape
+    w_hat = (q.reshape(out, -1, g) * scale.unsqueeze(-1)).reshape(out, inp)
+    mse = float((w.double() - w_hat).pow(2).mean())
+    ref = float((w.double() - _ref_group(w, bits, g).double()).pow(2).mean())
+    return mse <= ref * 1.01 + 1e-15
+
+
+def _ref_bytes(inp, out, fmt, g=128):
+    n = inp * out
+    if fmt == "fp16":
+        return 2 * n
+    if fmt == "fp8":
+        return n
+    if fmt == "int4":
+        return -(-n // 2) + out * -(-inp // g) * 2
+    if fmt == "nvfp4":
+        return -(-n // 2) + -(-n // 16) + 4
+    raise ValueError(fmt)
+
+
+def _ref_predict(w, bits, g):
+    """Uniform rounding over each group's step, every value weighted the same (short last group too)."""
+    import torch
+
+    qmax = 2 ** (bits - 1) - 1
+    out, inp = w.shape
+    pad = -inp % g
+    wp = torch.nn.functional.pad(w.double(), (0, pad)) if pad else w.double()
+    scale = wp.reshape(out, -1, g).abs().amax(dim=2) / qmax  # (out, groups)
+    sizes = torch.full((scale.shape[1],), float(g), dtype=torch.float64)
+    sizes[-1] = g - pad
+    return float(((scale.pow(2) * sizes).sum() / (12 * out * inp)).sqrt())
 
 
 @hidden("08.group_quantize")
@@ -35,7 +93,7 @@ def _(group_quantize, rng, scenario):
         if rng.random() < 0.5:  # an outlier somewhere
             w[rng.randrange(w.shape[0]), rng.randrange(w.shape[1])] *= 50
         try:
-            wrong += _check_group(group_quantize, w, rng.choice([2, 3, 4, 8]), g) is not None
+            wrong += not _group_case(group_quantize, w, rng.choice([2, 3, 4, 8]), g)
         except Exception:
             wrong += 1
     frac_wrong(wrong, n, "unseen random matrices")
@@ -98,6 +156,17 @@ def _random_gpu(rng) -> tuple[int, int, int, int]:
     )
 
 
+def _hidden_scenarios(rng, n):
+    from lab_utils.grading import lab_scenario
+
+    return [lab_scenario("08", rng.randrange(10**9)) for _ in range(n)]
+
+
+def _scenario_want(scen) -> int:
+    gpu, w, other, per_token = _scenario_inputs(scen)
+    return _REF_SEQS(gpu, w, other, scen["fraction"], per_token, scen["seq_len"], scen["tokens_per_block"])
+
+
 @hidden("08.max_sequences")
 def _(max_sequences, scenario_sequences, rng, scenario):
     wrong, n = 0, 20
@@ -107,11 +176,14 @@ def _(max_sequences, scenario_sequences, rng, scenario):
         case = (gpu, weights, other, fraction, per_token, rng.randint(100, 40_000), rng.choice([16, 32, 64]))
         wrong += int(max_sequences(*case)) != _REF_SEQS(*case)
     frac_wrong(wrong, n)
-    gpu, w, other, per_token = _scenario_inputs(scenario)
-    want = _REF_SEQS(
-        gpu, w, other, scenario["fraction"], per_token, scenario["seq_len"], scenario["tokens_per_block"]
-    )
-    assert int(scenario_sequences) == want, "scenario_sequences is not the count for this run's SCENARIO"
+    scens = [dict(scenario)] + _hidden_scenarios(rng, 11)
+    passed = 0
+    for scen in scens:
+        try:
+            passed += int(scenario_sequences(dict(scen))) == _scenario_want(scen)
+        except Exception:
+            pass
+    return partial(passed, len(scens), "scenarios (scenario_sequences)")
 
 
 def _ref_fraction(gpu, weights, other, per_token, seq_len, tpb, n_seq):
@@ -180,35 +252,77 @@ def _course_matrix(layer: int, proj: str):
 
 
 @hidden("08.predicted_rms")
-def _(predict_rms_error, predicted_rms, rng, scenario):
+def _(predict_rms_error, rng, scenario):
     import torch
 
     gen = torch.Generator().manual_seed(rng.randrange(2**31))
-    wrong, n = 0, 10
-    for _ in range(n):
+    wrong, n = 0, 12
+    for i in range(n):
         g = rng.choice([8, 16, 32, 64])
-        w = torch.randn(rng.randint(1, 30), g * rng.randint(1, 6), generator=gen) * rng.choice([0.02, 1.0])
+        inp = g * rng.randint(1, 6) + (rng.randint(1, g - 1) if i % 2 else 0)  # half with a short last group
+        w = torch.randn(rng.randint(1, 30), inp, generator=gen) * rng.choice([0.02, 1.0])
         bits = rng.choice([3, 4, 8])
         wrong += not close(predict_rms_error(w, bits, g), _ref_predict(w, bits, g), 1e-6)
-    frac_wrong(wrong, n)
-    w = _course_matrix(scenario["layer"], scenario["proj"])
-    got = {int(k): float(v) for k, v in dict(predicted_rms).items()}
-    assert sorted(got) == sorted(scenario["group_sizes"]), "predicted_rms must cover SCENARIO['group_sizes']"
-    for g in scenario["group_sizes"]:
-        assert close(got[g], _ref_predict(w, 4, g), PREDICT_RTOL), (
-            "predicted_rms does not match the rounding model for this run's SCENARIO matrix"
+    # the course model's own matrices, at group sizes the notebook never tried (128 leaves a short group)
+    for layer, proj, g in [(scenario["layer"], scenario["proj"], scenario["group_sizes"][0])] + [
+        (rng.randrange(30), rng.choice(_PROJS), rng.choice([24, 48, 128, 160])) for _ in range(2)
+    ]:
+        w = _course_matrix(layer, proj)
+        n += 1
+        wrong += not close(predict_rms_error(w, 4, g), _ref_predict(w, 4, g), PREDICT_RTOL)
+    frac_wrong(wrong, n, "unseen matrices (random ones and the course model's)")
+
+
+def _ref_best(results, max_bytes, min_agreement):
+    best, best_nll = None, None
+    for r in results:
+        if r["bits"] != 4 or r["weight_bytes"] > max_bytes:
+            continue
+        if sum(r["agreement_bits"]) / len(r["agreement_bits"]) < min_agreement:
+            continue
+        mean_nll = sum(r["nll"]) / len(r["nll"])
+        if best is None or mean_nll < best_nll:
+            best, best_nll = r["scheme"], mean_nll
+    return best
+
+
+def _random_results(rng) -> list[dict]:
+    """Results of an unseen quantisation run: schemes, sizes, raw agreement bits and per-token NLLs."""
+    out = []
+    n_bits = rng.choice([16, 48, 96])
+    n_tok = rng.choice([40, 160, 300])
+    names = ["float32", "int8 per-tensor", "int8 per-channel", "int4 per-channel"]
+    groups = sorted(rng.sample([16, 32, 64, 96, 128, 192, 256], rng.randint(1, 4)))
+    names += [f"int4 g{g}" for g in groups] + [f"int4 g{groups[-1]} + AWQ"]
+    for name in names:
+        bits = None if name == "float32" else int(name[3])
+        quality = {None: 0.0, 8: 0.05, 4: 0.4}[bits] * rng.uniform(0.3, 1.5)
+        mb = {None: 270.0, 8: 163.0, 4: 110.0}[bits] + (rng.uniform(0, 14) if bits == 4 else 0)
+        length = n_tok if rng.random() < 0.7 else rng.choice([40, 120, 500])  # some runs were cut short
+        nll = [max(0.0, rng.gauss(2.0 + quality, 1.2)) for _ in range(length)]
+        agree = [int(rng.random() < 1 - quality) for _ in range(n_bits)]
+        out.append(
+            {
+                "scheme": name,
+                "bits": bits,
+                "weight_bytes": int(mb * 1e6),
+                "agreement_bits": agree,
+                "nll": [round(x, 4) for x in nll],
+            }
         )
+    rng.shuffle(out)
+    return out
 
 
 @hidden("08.quant_run")
-def _(quant_run, best_int4, rng, scenario):
-    from lab_utils.grading.provenance import verify
-
-    assert verify(quant_run), "quant_run was not produced by measure_schemes in this run"
-    names = list(quant_run.schemes)
-    for g in scenario["group_sizes"]:
-        assert f"int4 g{g}" in names, "quant_run must measure the INT4 group sizes in SCENARIO"
-    ppl = {s: math.exp(sum(nll) / len(nll)) for s, nll in zip(names, quant_run.nll) if s.startswith("int4")}
-    assert str(best_int4) == min(ppl, key=ppl.get), (
-        "best_int4 is not the lowest-perplexity INT4 scheme measured"
-    )
+def _(best_int4, rng, scenario):
+    wrong, n = 0, 20
+    for _ in range(n):
+        results = _random_results(rng)
+        sizes = sorted(r["weight_bytes"] for r in results if r["bits"] == 4)
+        budget = rng.choice([sizes[0] - 1, sizes[len(sizes) // 2], sizes[-1] + 1, 10**12])
+        agree = rng.choice([0.0, 0.3, 0.5, 0.7])
+        want = _ref_best(results, budget, agree)
+        got = best_int4([dict(r) for r in results], budget, agree)
+        wrong += (got is None) != (want is None) or (want is not None and str(got) != want)
+    frac_wrong(wrong, n, "unseen quantisation runs")
