@@ -149,40 +149,53 @@ def relative_error(predicted, measured):
     return (predicted - measured) / measured
 
 
-def _batcher_choice(s: dict) -> tuple[int, list[int]]:
-    from grader.hidden.lab03 import TRITON_GRID, batcher_outcome
-
-    outcomes = [(batcher_outcome(s, d, p), p, d) for p, d in TRITON_GRID]
-    (_, _), p, d = min(
-        ((o, p, d) for o, p, d in outcomes if o[1] >= s["triton_min_mean_batch"]), key=lambda t: t[0][0]
-    )
-    return d, list(p)
+def queue_ratios(s):
+    B, S, L = s["batch_size"], s["short_len"], s["long_len"]
+    lens = [S] * (B - 1) + [L]
+    return B * L / sum(lens), ((B - 1) * (L // S) + 1) / B, B * L / sum(lens)
 
 
-def lab03_answers(seed: int) -> dict:
-    from lab_utils.sim import StepCostModel, fixed_workload
-    from lab_utils.sim.measure import measure_batching_gain
-
-    s = lab_scenario("03", seed)
+def predicted_no_queue_gain(s):
     B, S, L = s["batch_size"], s["short_len"], s["long_len"]
     f, p, P = s["fixed_ms"], s["per_token_ms"], s["prompt_len"]
     prefill = f + p * B * P
-    gain = (prefill + (L - 1) * (f + p * B)) / (prefill + (S - 1) * (f + p * B) + (L - S) * (f + p))
-    lens = [S] * (B - 1) + [L]
-    delay, preferred = _batcher_choice(s)
+    return (prefill + (L - 1) * (f + p * B)) / (prefill + (S - 1) * (f + p * B) + (L - S) * (f + p))
+
+
+def throughput_gain(static, continuous):
+    def rate(samples):
+        return sum(x[0] for x in samples) / (max(x[2] for x in samples) - min(x[1] for x in samples))
+
+    return rate(continuous) / rate(static)
+
+
+def choose_batcher(s):
+    from lab_utils.sim import DynamicBatching, StepCostModel, poisson_workload, simulate, summarize
+
+    wl = poisson_workload(s["triton_num_requests"], s["triton_rate"], prompt_len=1, output_len=1, seed=s["triton_seed"])
+    cost = StepCostModel(fixed_s=s["triton_fixed_ms"] / 1e3, per_token_s=s["triton_per_item_ms"] / 1e3)
+    top, found = s["triton_max_batch_size"], []
+    for pref in [(), (4,), (8,), (4, 8), (16,), (8, 16), (32,), (16, 32)]:
+        if any(x > top for x in pref):
+            continue
+        for delay in [0, 2_500, 5_000, 10_000, 15_000, 20_000, 30_000, 40_000]:
+            res = simulate(wl, DynamicBatching(top, pref, delay), cost)
+            p99, batch = summarize(res).e2e_p99 * 1e3, len(res.requests) / len(res.steps)
+            if batch >= s["triton_min_mean_batch"] and p99 <= s["triton_p99_slo_ms"]:
+                found.append((p99, delay, list(pref)))
+    _, delay, pref = min(found)
+    return delay, pref
+
+
+def lab03_answers(seed: int) -> dict:
     return {
         "static_slot_utilisation": static_slot_utilisation,
-        "RATIO_SAME_MIX": B * L / sum(lens),
-        "RATIO_SHORT_QUEUE_REQUESTS": ((B - 1) * (L // S) + 1) / B,
-        "RATIO_SHORT_QUEUE_TOKENS": B * L / sum(lens),
-        "PREDICTED_NO_QUEUE_GAIN": gain,
-        "MEASURED_GAIN": measure_batching_gain(
-            fixed_workload([P] * B, lens), B, StepCostModel(fixed_s=f / 1e3, per_token_s=p / 1e3)
-        ),
+        "queue_ratios": queue_ratios,
+        "predicted_no_queue_gain": predicted_no_queue_gain,
+        "throughput_gain": throughput_gain,
         "my_schedule": my_schedule,
         "goodput_rps": goodput_rps,
-        "MAX_QUEUE_DELAY_US": delay,
-        "PREFERRED_BATCH_SIZE": preferred,
+        "choose_batcher": choose_batcher,
         "relative_error": relative_error,
     }
 
@@ -286,7 +299,38 @@ def test_wrong_but_plausible_answers_fail():
         assert _graded("02.prefix_saving", {"PREDICTED_BLOCKS_SAVED": wrong}).earned == 0
 
     # padding rows treated as free: the "no queue" gain of 1x
-    assert _graded("03.predict_gain", {"PREDICTED_NO_QUEUE_GAIN": 1.0}, SEEDS[0]).earned == 0
+    assert _graded("03.predict_gain", {"predicted_no_queue_gain": lambda s: 1.0}, SEEDS[0]).earned < 0.5
+    # the prefill step forgotten: a model that is right only when prompts are short
+    def no_prefill(s):
+        B, S, L, f, p = s["batch_size"], s["short_len"], s["long_len"], s["fixed_ms"], s["per_token_ms"]
+        return L * (f + p * B) / (S * (f + p * B) + (L - S) * (f + p))
+
+    assert _graded("03.predict_gain", {"predicted_no_queue_gain": no_prefill}).earned < 3
+    # the notebook's own measurement, copied into the prediction
+    from grader.hidden.lab03 import no_queue_gain
+
+    measured = no_queue_gain(lab_scenario("03", SEEDS[0]))
+    assert _graded("03.predict_gain", {"predicted_no_queue_gain": lambda s: measured}).earned < 0.5
+    # one ratio for all three cases (the tokens ratio), and requests counted without the long one
+    assert _graded("03.queue_ratios", {"queue_ratios": lambda s: (queue_ratios(s)[0],) * 3}).earned < 3
+    # throughput timed from 0 (the clock's start), not from the first arrival
+    def from_zero(static, cont):
+        return (sum(x[0] for x in cont) / max(x[2] for x in cont)) / (
+            sum(x[0] for x in static) / max(x[2] for x in static)
+        )
+
+    assert _graded("03.measured_gain", {"throughput_gain": from_zero}).earned < 1.5
+    # mean of the requests' own tokens per second instead of the run's
+    def per_request(static, cont):
+        def mean(xs):
+            return sum(x[0] / (x[2] - x[1]) for x in xs) / len(xs)
+
+        return mean(cont) / mean(static)
+
+    assert _graded("03.measured_gain", {"throughput_gain": per_request}).earned < 1
+    # one fixed setting for every exercise
+    for fixed in ((20_000, [8]), (30_000, [16]), (10_000, [])):
+        assert _graded("03.dynamic_batcher", {"choose_batcher": lambda s, f=fixed: f}).earned < 1.5, fixed
     assert _graded("03.continuous_step", {"my_schedule": decodes_first_schedule}).earned < 4
     assert (
         _graded(
@@ -369,15 +413,30 @@ def test_none_answers_score_zero():
         assert _total(lab, answers, SEEDS[0])[0] == 0
 
 
-def test_hand_written_measurement_scores_zero():
-    real = lab03_answers(SEEDS[0])["MEASURED_GAIN"]
-    typed = {"batch_size": real.batch_size, "static": real.static, "continuous": real.continuous}
-    assert _graded("03.measured_gain", {"MEASURED_GAIN": typed}).earned == 0
-    forged = type(real)(real.batch_size, real.static, [[s[0], s[1], s[2] * 0.5] for s in real.continuous])
-    forged.provenance = real.provenance  # a real stamp on edited samples
-    assert _graded("03.measured_gain", {"MEASURED_GAIN": forged}).earned == 0
+def test_simulating_instead_of_reasoning_scores_zero():
+    """The ratios and the prediction may not run the simulator (nor course code that runs it)."""
+    from lab_utils.sim import ContinuousBatching, StaticBatching, StepCostModel, fixed_workload, simulate, summarize
+    from lab_utils.sim.measure import measure_batching_gain
+
+    def simulated_gain(s):
+        B = s["batch_size"]
+        batch = fixed_workload([s["prompt_len"]] * B, [s["short_len"]] * (B - 1) + [s["long_len"]])
+        cost = StepCostModel(fixed_s=s["fixed_ms"] / 1e3, per_token_s=s["per_token_ms"] / 1e3)
+        st = summarize(simulate(batch, StaticBatching(B, pad_finished=True), cost)).output_tokens_per_s
+        return summarize(simulate(batch, ContinuousBatching(B, 4096), cost)).output_tokens_per_s / st
+
+    def via_measure(s):
+        B = s["batch_size"]
+        batch = fixed_workload([s["prompt_len"]] * B, [s["short_len"]] * (B - 1) + [s["long_len"]])
+        return measure_batching_gain(batch, B, StepCostModel(s["fixed_ms"] / 1e3, s["per_token_ms"] / 1e3)).ratio
+
+    for fn in (simulated_gain, via_measure):
+        r = _graded("03.predict_gain", {"predicted_no_queue_gain": fn})
+        assert r.earned == 0 and r.status == "uses the reference", r
 
 
-def test_a_measurement_of_another_scenario_scores_zero():
-    other = lab03_answers(SEEDS[1])["MEASURED_GAIN"]
-    assert _graded("03.measured_gain", {"MEASURED_GAIN": other}, SEEDS[0]).earned == 0
+def test_the_library_measurement_as_the_analysis_scores_zero():
+    from lab_utils.sim.measure import BatchingGain
+
+    r = _graded("03.measured_gain", {"throughput_gain": lambda s, c: BatchingGain(1, s, c).ratio})
+    assert r.earned == 0 and r.status == "uses the reference", r
