@@ -26,8 +26,11 @@ def _independent(d: Drill) -> float:
         return math.floor(x["kv_gb"] * 1e9 / per_token / x["context"])
     if d.kind == "gpus_needed":
         for tp in range(1, x["max_tp"] + 1):
-            splits = x["heads"] % tp == 0 and x["kv_heads"] % tp == 0
-            per_gpu = (x["weights_gb"] + x["kv_gb"]) / tp + x["reserve_gb"]
+            kv = x[
+                "kv_heads"
+            ]  # split when TP divides them, one replicated head per GPU when TP is a multiple
+            splits = x["heads"] % tp == 0 and (kv % tp == 0 or tp % kv == 0)
+            per_gpu = x["weights_gb"] / tp + x["kv_gb"] / min(tp, kv) + x["reserve_gb"]
             if splits and per_gpu <= x["utilization"] * x["gpu_memory_gb"]:
                 return tp
         raise AssertionError("a gpus_needed drill without an answer")

@@ -1,10 +1,15 @@
 """Lab 11: hidden checks (the grader's; never inside a sandbox).
 
 Cases come from the judge's key, not the notebook's SEED; public checks and the scenario are in
-`lab_utils.grading.questions.lab11`.
+`lab_utils.grading.questions.lab11`. The calculators are graded against `lab_utils.drills.calc`
+(forbidden to the answers); the batching prediction, the measurement's analysis and the chat sizing
+against the references here.
 """
 
 from __future__ import annotations
+
+import heapq
+import math
 
 from grader.registry import hidden
 from lab_utils.drills import TOPICS, calc, make_drills
@@ -15,7 +20,9 @@ from lab_utils.grading.checks import close, partial
 def _(gpus_needed, rng, scenario):
     ok, n = 0, 30
     for _ in range(n):
-        heads_kv = rng.choice([(32, 8), (64, 8), (28, 4), (40, 8), (9, 3), (48, 16)])
+        heads_kv = rng.choice(
+            [(32, 8), (64, 8), (28, 4), (40, 8), (9, 3), (48, 16), (32, 2), (16, 1), (24, 4)]
+        )
         args = (
             round(rng.uniform(5, 900), 1),
             round(rng.uniform(0, 200), 1),
@@ -23,6 +30,7 @@ def _(gpus_needed, rng, scenario):
             rng.choice([0.8, 0.9, 0.95]),
             rng.choice([1.0, 2.0, 4.0]),
             *heads_kv,
+            rng.choice([4, 8, 8, 16]),
         )
         want = calc.gpus_needed(*args)
         got = gpus_needed(*args)
@@ -69,52 +77,109 @@ def _(cost_per_million_tokens, rng, scenario):
     return partial(ok, n, "price and throughput cases")
 
 
-@hidden("11.drill_answers")
-def _(answer_drill, drill_answers, rng, scenario):
-    mine = make_drills(scenario["drill_seed"], n=scenario["n_drills"])
-    values = list(drill_answers)
-    right = sum(1 for d, v in zip(mine, values) if d.is_correct(v)) if len(values) == len(mine) else 0
-    fresh = make_drills(rng.randrange(10**9), n=3 * len(TOPICS))
+def _solved(answer_drill, drills) -> int:
     solved = 0
-    for d in fresh:
+    for d in drills:
         try:
-            solved += d.is_correct(answer_drill(d.kind, dict(d.inputs)))
+            solved += bool(d.is_correct(answer_drill(d.kind, dict(d.inputs))))
         except Exception:
             pass
+    return solved
+
+
+@hidden("11.drill_answers")
+def _(answer_drill, rng, scenario):
+    mine = make_drills(scenario["drill_seed"], n=scenario["n_drills"])
+    fresh = make_drills(rng.randrange(10**9), n=3 * len(TOPICS))
+    right, solved = _solved(answer_drill, mine), _solved(answer_drill, fresh)
     if right == 0 or solved == 0:
         raise AssertionError(
-            f"drills right: {right} of {len(mine)} in the set, {solved} of {len(fresh)} unseen"
+            f"drills right: {right} of {len(mine)} in the scenario's set, {solved} of {len(fresh)} unseen"
         )
     frac = (right / len(mine)) * (solved / len(fresh))
     return None if frac == 1 else frac
 
 
+def _ref_drain_gain(lens: list[int], batch: int) -> float:
+    """Static steps over continuous steps for a workload that all arrives at t=0, drain included."""
+    static = sum(max(lens[i : i + batch]) for i in range(0, len(lens), batch))
+    slots = [0] * min(batch, len(lens))
+    for n in lens:  # each request, in order, takes the slot that frees first
+        heapq.heappush(slots, heapq.heappop(slots) + n)
+    return static / max(slots)
+
+
+def _batching_case(rng) -> dict:
+    batch = rng.choice([2, 4, 8, 16, 32])
+    mode = rng.random()
+    if mode < 0.6:  # the scenario's shape: a short/long mix per batch
+        short, long = rng.randint(5, 120), rng.randint(200, 1500)
+        lens = []
+        for _ in range(rng.randint(2, 12)):
+            one = [short] * rng.randint(0, batch) + [long] * batch
+            lens += rng.sample(one, batch)
+    else:
+        lens = [rng.randint(1, 2000) for _ in range(rng.randint(2 * batch, 120))]
+    return {"batch_size": batch, "output_lens": lens, "prompt_len": rng.choice([16, 32, 128])}
+
+
 @hidden("11.predict_batching")
 def _(predicted_gain, rng, scenario):
-    b = scenario["batching"]
-    assert close(predicted_gain, calc.batching_gain(b["output_lens"], b["batch_size"]), 0.01), (
-        "the prediction does not follow from the scenario's workload"
-    )
+    cases = [dict(scenario["batching"])] + [_batching_case(rng) for _ in range(19)]
+    wrong = 0
+    for c in cases:
+        got = float(predicted_gain({**c, "output_lens": list(c["output_lens"])}))
+        wrong += not (
+            math.isfinite(got) and close(got, _ref_drain_gain(c["output_lens"], c["batch_size"]), 0.01)
+        )
+    assert not wrong, f"wrong on {wrong} of {len(cases)} unseen workloads (1% tolerance)"
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    pos = (len(xs) - 1) / 2
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 @hidden("11.measured_batching")
-def _(batching_measurement, rng, scenario):
-    from lab_utils.grading.provenance import verify
+def _(batching_summary, rng, scenario):
+    wrong, n = 0, 20
+    for _ in range(n):
+        k = rng.randint(1, 80)
+        lens = [rng.randint(1, 1000) for _ in range(k)]
+        static = [round(rng.uniform(0.05, 60.0), 4) for _ in range(k)]
+        cont = [round(s * rng.uniform(0.2, 1.1), 4) for s in static]
+        got = {
+            str(key): float(v)
+            for key, v in dict(batching_summary(list(lens), list(static), list(cont))).items()
+        }
+        want = {"gain": max(static) / max(cont), "p50_ratio": _median(static) / _median(cont)}
+        wrong += set(got) != set(want) or not all(close(got[key], want[key], 1e-6) for key in want)
+    assert not wrong, f"wrong on {wrong} of {n} unseen pairs of runs"
 
-    assert verify(batching_measurement), "the measurement does not come from this run's measuring code"
-    raw = batching_measurement.raw_samples()
-    b = scenario["batching"]
-    assert [int(x) for x in raw["output_lens"]] == list(b["output_lens"]) and int(raw["batch_size"]) == b[
-        "batch_size"
-    ], "measure the scenario's workload and batch size"
-    static, cont = raw["static_finish_s"], raw["continuous_finish_s"]
-    assert len(static) == len(cont) == len(b["output_lens"]) and max(static) > max(cont) > 0, (
-        "the finish times do not describe the two runs"
-    )
+
+def _ref_replicas(c: dict) -> set[int]:
+    """The replica count, either way of rounding a product that lands on a whole number."""
+    busy_s = c["prompt_tokens"] / c["prefill_tokens_per_s"] + c["output_tokens"] / c["decode_tokens_per_s"]
+    x = c["rate"] * busy_s / c["headroom"]
+    return {max(1, math.ceil(x - 1e-9)), max(1, math.ceil(x + 1e-9))}
 
 
 @hidden("11.chat_replicas")
 def _(chat_replicas, rng, scenario):
-    c = scenario["chat"]
-    want = calc.replicas_needed(c["rate"], c["output_tokens"], c["tokens_per_s_per_replica"], c["headroom"])
-    assert close(chat_replicas, want), "the replica count does not follow from the scenario's chat prompt"
+    cases = [dict(scenario["chat"])]
+    for _ in range(19):
+        cases.append(
+            {
+                "rate": rng.choice([1, 5, 20, 100, 500, 1000, 2000, 3000]),
+                "output_tokens": rng.choice([50, 150, 250, 400, 1000]),
+                "prompt_tokens": rng.choice([0, 100, 500, 1000, 2000, 8000]),
+                "decode_tokens_per_s": rng.choice([1000, 2500, 4000, 6000, 9000]),
+                "prefill_tokens_per_s": rng.choice([5000, 10_000, 20_000, 40_000]),
+                "headroom": rng.choice([0.5, 0.6, 0.7, 0.8]),
+            }
+        )
+    wrong = sum(int(chat_replicas(dict(c))) not in _ref_replicas(c) for c in cases)
+    assert not wrong, f"wrong on {wrong} of {len(cases)} unseen chat loads"

@@ -18,8 +18,26 @@ def _positive(name: str, value: float) -> float:
 
 
 def valid_tp_degrees(num_heads: int, num_kv_heads: int, max_tp: int = 8) -> list[int]:
-    """Tensor-parallel degrees that split both attention and KV heads evenly, within one node."""
-    return [tp for tp in range(1, int(max_tp) + 1) if num_heads % tp == 0 and num_kv_heads % tp == 0]
+    """Tensor-parallel degrees vLLM accepts, within one NVLink domain of `max_tp` GPUs.
+
+    The attention heads split evenly (num_heads % TP == 0). The KV heads split evenly too, or, when
+    TP exceeds them, each is replicated on TP / KV GPUs, which needs TP to be a multiple of them
+    (vLLM's QKVParallelLinear). Lab 10 grades the same rule.
+    """
+    return [
+        tp
+        for tp in range(1, int(max_tp) + 1)
+        if num_heads % tp == 0 and (num_kv_heads % tp == 0 or tp % num_kv_heads == 0)
+    ]
+
+
+def kv_share_per_gpu(num_kv_heads: int, tp: int) -> float:
+    """Fraction of a replica's KV cache one GPU holds at tensor-parallel degree `tp`.
+
+    Each GPU keeps its own KV heads: KV / TP of them when TP divides the KV heads, one replicated
+    head when TP exceeds them, so the share stops shrinking at 1 / KV.
+    """
+    return 1.0 / min(int(tp), int(num_kv_heads))
 
 
 def gpus_needed(
@@ -34,14 +52,15 @@ def gpus_needed(
 ) -> int | None:
     """Smallest TP degree whose per-GPU share of weights and KV fits, or None when no degree fits.
 
-    Per GPU: (weights + KV) / TP + reserve (activations, CUDA context) <= utilization x memory.
-    The degree must divide the attention heads and the KV heads and be at most `max_tp`.
+    Per GPU: weights / TP + KV x kv_share_per_gpu + reserve (activations, CUDA context) <=
+    utilization x memory, over the degrees `valid_tp_degrees` allows (KV heads replicated when TP
+    exceeds them, so the KV share stops shrinking there).
     """
     usable = utilization * gpu_memory_gb - reserve_gb
     if usable <= 0:
         return None
     for tp in valid_tp_degrees(num_heads, num_kv_heads, max_tp):
-        if (weights_gb + kv_gb) / tp <= usable:
+        if weights_gb / tp + kv_gb * kv_share_per_gpu(num_kv_heads, tp) <= usable:
             return tp
     return None
 

@@ -79,3 +79,11 @@ def measure_batching_gain(
         {"fixed_s": fixed_s, "per_token_s": per_token_s},
     )
     return stamp(m)
+
+
+def measure_workload(batching: dict) -> BatchingMeasurement:
+    """Lab 11's measurement: a workload dict (`batch_size`, `output_lens`, `prompt_len`) through the
+    simulator at the lab's step cost (25 ms per step plus 1 ms per scheduled token)."""
+    return measure_batching_gain(
+        list(batching["output_lens"]), int(batching["batch_size"]), int(batching.get("prompt_len", 32))
+    )

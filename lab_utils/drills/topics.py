@@ -105,23 +105,31 @@ def gpus_tp(rng: random.Random) -> Spec:
         if tp is not None and (tp > 1 or rng.random() < 0.2):
             break
     usable = util * mem_gb - reserve
-    by_memory = -(-(weights_gb + kv_gb) // usable)
     valid = calc.valid_tp_degrees(spec.num_attention_heads, spec.num_kv_heads)
+    kv_at = kv_gb * calc.kv_share_per_gpu(spec.num_kv_heads, tp)
+    replicated = tp > spec.num_kv_heads
     return Spec(
         "gpus_needed",
         f"Serve {spec.name} ({spec.num_attention_heads} attention heads, {spec.num_kv_heads} KV heads) "
         f"with {wdesc} weights of {weights_gb} GB plus {kv_gb} GB of bf16 KV cache ({users} users x "
         f"{context:,} tokens) on {gpu.name} ({mem_gb} GB each) at gpu_memory_utilization {util}, "
         f"keeping {reserve} GB per GPU for activations and CUDA context. Tensor parallelism must "
-        "divide both the attention heads and the KV heads, at most 8 GPUs in a node. "
-        "How many GPUs (the TP degree)?",
+        "split the attention heads evenly; the KV heads are split, or replicated when TP exceeds them, "
+        "as vLLM does; at most 8 GPUs in a node. How many GPUs (the TP degree)?",
         float(tp),
         "GPUs",
         0.001,
-        f"Usable per GPU: {util} x {mem_gb} - {reserve} = {usable:.1f} GB. By memory: "
-        f"ceil(({weights_gb} + {kv_gb}) / {usable:.1f}) = {by_memory:.0f}. Valid TP degrees: {valid}; "
-        f"the smallest that is at least {by_memory:.0f} is {tp}. Rounding the ratio down (int()) "
-        "hands back one GPU too few; and a count the heads do not divide cannot be used.",
+        f"Usable per GPU: {util} x {mem_gb} - {reserve} = {usable:.1f} GB. Valid TP degrees: {valid}. "
+        f"At TP={tp} one GPU holds {weights_gb} / {tp} GB of weights and {kv_at:.1f} GB of KV "
+        + (
+            f"(TP exceeds the {spec.num_kv_heads} KV heads: each GPU keeps one replicated head, "
+            f"1/{spec.num_kv_heads} of the cache)"
+            if replicated
+            else f"({spec.num_kv_heads} KV heads split {tp} ways)"
+        )
+        + f": {weights_gb / tp + kv_at:.1f} GB <= {usable:.1f} GB, and no smaller valid degree fits. "
+        "Rounding the memory ratio down (int()) hands back one GPU too few; and a count the heads do "
+        "not split cannot be used.",
         {
             "weights_gb": weights_gb,
             "kv_gb": kv_gb,

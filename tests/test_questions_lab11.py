@@ -1,0 +1,213 @@
+"""Lab 11's graded questions, without running the notebook.
+
+Solution-like answers (written here, not imported from lab_utils) earn full marks under two seeds;
+the memorised submission, stubs, the forbidden references and plausible wrong answers do not.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import pytest
+
+from grader.judge import score_graded
+from grader.memorise import memorised_answers
+from lab_utils.drills import calc
+from lab_utils.grading import get, lab_scenario, questions_for
+
+SEEDS = (3, 11)
+
+
+def gpus_needed(weights_gb, kv_gb, gpu_memory_gb, utilization, reserve_gb, num_heads, num_kv_heads, max_tp=8):
+    usable = utilization * gpu_memory_gb - reserve_gb
+    if usable <= 0:
+        return None
+    for tp in range(1, max_tp + 1):
+        if num_heads % tp or (num_kv_heads % tp and tp % num_kv_heads):
+            continue
+        if weights_gb / tp + kv_gb / min(tp, num_kv_heads) <= usable:
+            return tp
+    return None
+
+
+def gpus_needed_no_replication(w, kv, mem, util, reserve, heads, kv_heads, max_tp=8):
+    usable = util * mem - reserve
+    for tp in range(1, max_tp + 1):
+        if heads % tp == 0 and kv_heads % tp == 0 and (w + kv) / tp <= usable:
+            return tp
+    return None
+
+
+def critical_batch(peak_tflops, bandwidth_gb_s, bytes_per_param):
+    return peak_tflops * 1e3 / bandwidth_gb_s * bytes_per_param / 2
+
+
+def batching_gain(output_lens, batch_size):
+    lens = list(output_lens)
+    static = sum(max(lens[i : i + batch_size]) for i in range(0, len(lens), batch_size))
+    return static / (sum(lens) / batch_size)
+
+
+def spec_expected_tokens(alpha, k):
+    return sum(alpha**i for i in range(k + 1))
+
+
+def spec_speedup(alpha, k, c):
+    return spec_expected_tokens(alpha, k) / (1 + k * c)
+
+
+def cost_per_million_tokens(price, n, tps):
+    return price * n / tps / 3600 * 1e6
+
+
+def answer_drill(kind, x):
+    # every drill's stated answer, recomputed from its inputs (as the solution does, shortened)
+    from lab_utils.drills import make_drills  # noqa: F401  (only the kinds matter here)
+
+    kv = lambda x: 2 * x["layers"] * x["kv_heads"] * x["head_dim"] * x["dtype_bytes"]  # noqa: E731
+    q = lambda x: x["linear_params"] * x["bits"] / 8 + x["other_params"] * 2  # noqa: E731
+    blocks = lambda x: x["prefix_tokens"] // x["block_size"] * x["block_size"]  # noqa: E731
+    table = {
+        "kv_bytes_per_token": lambda: kv(x) / 1024,
+        "kv_concurrency": lambda: math.floor(x["kv_gb"] * 1e9 / kv(x) / x["context"]),
+        "gpus_needed": lambda: gpus_needed(
+            x["weights_gb"],
+            x["kv_gb"],
+            x["gpu_memory_gb"],
+            x["utilization"],
+            x["reserve_gb"],
+            x["heads"],
+            x["kv_heads"],
+            x["max_tp"],
+        ),
+        "kv_to_weights": lambda: x["batch"]
+        * x["context"]
+        * x["kv_bytes_per_token"]
+        / (x["num_params"] * x["bytes_per_param"]),
+        "activation_gb": lambda: (
+            x["tokens"] * (2 * x["hidden"] + 3 * x["intermediate"]) * x["dtype_bytes"]
+            + x["seqs"] * x["vocab"] * (x["dtype_bytes"] + 4)
+        )
+        / 1e9,
+        "ridge_point": lambda: x["peak_tflops"] * 1e3 / x["bandwidth_gb_s"],
+        "critical_batch": lambda: critical_batch(x["peak_tflops"], x["bandwidth_gb_s"], x["bytes_per_param"]),
+        "prefill_ttft_ms": lambda: 2
+        * x["num_params"]
+        * x["prompt_tokens"]
+        / (x["num_gpus"] * x["peak_tflops"] * 1e12 * x["mfu"])
+        * 1e3,
+        "batching_gain": lambda: batching_gain(x["output_lens"], x["batch_size"]),
+        "concurrency": lambda: x["rate"] * (x["ttft_s"] + x["output_tokens"] * x["tpot_s"]),
+        "max_rate": lambda: x["concurrency"] / x["latency_s"],
+        "goodput": lambda: sum(
+            t <= x["ttft_slo_s"] and p <= x["tpot_slo_s"] for t, p in zip(x["ttfts_s"], x["tpots_s"])
+        )
+        / x["duration_s"],
+        "spec_expected_tokens": lambda: spec_expected_tokens(x["alpha"], x["k"]),
+        "spec_speedup": lambda: spec_speedup(x["alpha"], x["k"], x["draft_cost_ratio"]),
+        "quant_memory_ratio": lambda: (x["linear_params"] + x["other_params"]) * 2 / q(x),
+        "quant_batch1_tokens_per_s": lambda: x["bandwidth_gb_s"] * 1e9 / q(x),
+        "prefix_prefill_saved": lambda: blocks(x) / (x["prefix_tokens"] + x["suffix_tokens"]),
+        "prefix_kv_saved_gb": lambda: (x["users"] - 1) * blocks(x) * x["kv_bytes_per_token"] / 1e9,
+        "cost_per_million": lambda: cost_per_million_tokens(
+            x["price_per_gpu_hour"], x["num_gpus"], x["tokens_per_s"]
+        ),
+    }
+    return table[kind]()
+
+
+def predicted_gain(batching):
+    lens, b = list(batching["output_lens"]), batching["batch_size"]
+    static = sum(max(lens[i : i + b]) for i in range(0, len(lens), b))
+    slots = [0] * min(b, len(lens))
+    for n in lens:
+        heapq.heappush(slots, heapq.heappop(slots) + n)
+    return static / max(slots)
+
+
+def batching_summary(lens, static, cont):
+    def med(xs):
+        xs = sorted(xs)
+        m = len(xs) // 2
+        return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+    return {"gain": max(static) / max(cont), "p50_ratio": med(static) / med(cont)}
+
+
+def chat_replicas(c):
+    busy = c["prompt_tokens"] / c["prefill_tokens_per_s"] + c["output_tokens"] / c["decode_tokens_per_s"]
+    return max(1, math.ceil(c["rate"] * busy / c["headroom"]))
+
+
+def answers() -> dict:
+    return {
+        "gpus_needed": gpus_needed,
+        "critical_batch": critical_batch,
+        "batching_gain": batching_gain,
+        "spec_expected_tokens": spec_expected_tokens,
+        "spec_speedup": spec_speedup,
+        "cost_per_million_tokens": cost_per_million_tokens,
+        "answer_drill": answer_drill,
+        "predicted_gain": predicted_gain,
+        "batching_summary": batching_summary,
+        "chat_replicas": chat_replicas,
+    }
+
+
+def _score(ans: dict, seed: int) -> dict:
+    return {q.id: score_graded(q, ans, seed) for q in questions_for("11")}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_solution_like_answers_score_full_marks(seed):
+    for qid, r in _score(answers(), seed).items():
+        assert r.earned == r.points, (qid, r)
+
+
+def test_every_answer_is_a_function():
+    for q in questions_for("11"):
+        for name in q.answers:
+            assert callable(answers()[name]), name
+
+
+def test_stubs_and_references_score_zero():
+    def stub(*a, **k):
+        raise NotImplementedError
+
+    assert sum(r.earned for r in _score({k: stub for k in answers()}, 3).values()) == 0
+    refs = dict(answers(), gpus_needed=calc.gpus_needed, critical_batch=calc.critical_batch)
+    got = _score(refs, 3)
+    assert got["11.gpus_needed"].earned == 0 and got["11.critical_batch"].earned == 0
+
+
+def test_memorised_submission_scores_nothing():
+    s = lab_scenario("11", 0)
+    solved = dict(answers())
+    total = sum(q.points for q in questions_for("11"))
+    fake = memorised_answers("11", solved)
+    earned = sum(score_graded(q, fake, 7).earned for q in questions_for("11"))
+    assert earned <= 0.1 * total, earned
+    assert s["chat"]["prompt_tokens"] > 0
+
+
+def test_wrong_models_fail():
+    def steady_prediction(b):  # the steady-state model, no drain
+        return batching_gain(b["output_lens"], b["batch_size"])
+
+    def decode_only(c):  # the old chat sizing: prefill ignored
+        return max(1, math.ceil(c["rate"] * c["output_tokens"] / (c["decode_tokens_per_s"] * c["headroom"])))
+
+    def mean_not_median(lens, static, cont):
+        return {"gain": max(static) / max(cont), "p50_ratio": sum(static) / sum(cont)}
+
+    wrong = dict(
+        answers(),
+        predicted_gain=steady_prediction,
+        chat_replicas=decode_only,
+        batching_summary=mean_not_median,
+        gpus_needed=gpus_needed_no_replication,
+    )
+    for qid in ("11.predict_batching", "11.chat_replicas", "11.measured_batching", "11.gpus_needed"):
+        r = score_graded(get(qid), wrong, 3)
+        assert r.earned < r.points, (qid, r)
