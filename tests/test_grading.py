@@ -27,7 +27,10 @@ SERVED = (
     "    return v[-int(policy.get('latest', {}).get('num_versions', 1)):]"
 )
 EXTRA = "def extra_tensor_bytes(p, n, b=8):\n    return 2 * b * (p + n)"
-PREDICT = "predicted_avg_batch = min(SCENARIO['concurrency'], SCENARIO['preferred_batch_size'])"
+PREDICT = (
+    "def predicted_avg_batch(scenario):\n"
+    "    return min(scenario['concurrency'], scenario['preferred_batch_size'])"
+)
 GOOD_ANSWERS = [SCENARIO_CELL, SERVED, EXTRA, PREDICT]
 LAB = "07"
 NB_NAME = "07_triton.ipynb"

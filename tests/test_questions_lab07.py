@@ -1,7 +1,7 @@
 """Lab 07's graded questions: right answers pass under any seed, the known bypasses score zero.
 
-No server here: the measured question gets a statistics object built the way the lab's measuring
-code builds it (`batch_counts` on a /stats answer, then a difference), which stamps it.
+No server here: the measured question is an analysis of two /stats answers, graded on snapshots the
+hidden check makes up; the prediction is a function of the scenario, graded on unseen scenarios.
 """
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import pytest
 
 from grader.judge import score_graded
 from grader.memorise import memorised_answers
-from lab_utils.grading import get, lab_scenario, questions_for, score
+from lab_utils.grading import get, questions_for, score
 from lab_utils.triton.config import config_from_dict
-from lab_utils.triton.measure import batch_counts
 
 MLP = """
 name: "mlp"
@@ -87,11 +86,27 @@ def trtllm_kv_tokens(gpu, weights, act, fraction, kv, max_tokens=None):
     return tokens if max_tokens is None else min(tokens, int(max_tokens))
 
 
-def _stats(inferences, executions, sizes):
+def predicted_avg_batch(scenario):
+    return min(scenario["concurrency"], scenario["preferred_batch_size"])
+
+
+def average_batch(before, after, model):
+    def totals(stats):
+        inf = ex = 0
+        for entry in stats["model_stats"]:
+            if entry["name"] == model:
+                inf, ex = inf + int(entry["inference_count"]), ex + int(entry["execution_count"])
+        return inf, ex
+
+    (i0, e0), (i1, e1) = totals(before), totals(after)
+    return (i1 - i0) / (e1 - e0)
+
+
+def _stats(inferences, executions, sizes, name="mlp"):
     return {
         "model_stats": [
             {
-                "name": "mlp",
+                "name": name,
                 "version": "1",
                 "inference_count": inferences,
                 "execution_count": executions,
@@ -103,18 +118,7 @@ def _stats(inferences, executions, sizes):
     }
 
 
-def measured(scenario):
-    """What `measure` returns under SCENARIO's load: a stamped difference of two snapshots."""
-    c, p = scenario["concurrency"], scenario["preferred_batch_size"]
-    size = min(c, p)
-    before = batch_counts(_stats(2, 2, {1: 2}), "mlp")
-    after = batch_counts(_stats(2 + 8 * size, 2 + 8, {1: 2, size: 8}), "mlp")
-    return after - before
-
-
-def answers(seed):
-    s = lab_scenario("07", seed)
-    counts = measured(s)
+def answers(seed=None):
     return {
         "batching_config": batching_config,
         "served_versions": served_versions,
@@ -122,9 +126,8 @@ def answers(seed):
         "extra_tensor_bytes": extra_tensor_bytes,
         "pending_requests": pending_requests,
         "trtllm_kv_tokens": trtllm_kv_tokens,
-        "predicted_avg_batch": min(s["concurrency"], s["preferred_batch_size"]),
-        "BATCHING_RESULT": counts,
-        "measured_avg_batch": counts.inference_count / counts.execution_count,
+        "predicted_avg_batch": predicted_avg_batch,
+        "average_batch": average_batch,
     }
 
 
@@ -151,29 +154,54 @@ def test_the_references_in_lab_utils_score_zero():
         assert r.earned == 0, r
 
 
-def test_a_hand_written_measurement_scores_zero():
-    a = answers(3)
-    c = a["BATCHING_RESULT"]
-    a["BATCHING_RESULT"] = {
-        "inferences": c.inference_count,
-        "executions": c.execution_count,
-        "histogram": dict(c.batch_sizes),
-    }
-    assert score_graded(get("07.batching_measured"), a, 3).earned == 0
-    from lab_utils.triton.measure import BatchCounts
+def test_the_library_statistics_reader_scores_zero():
+    from lab_utils.triton.measure import BatchCounts, batch_counts
 
-    a["BATCHING_RESULT"] = BatchCounts(c.inference_count, c.execution_count, dict(c.batch_sizes))
+    a = answers()
+    a["average_batch"] = lambda before, after, model: (
+        batch_counts(after, model) - batch_counts(before, model)
+    ).average_batch
+    assert score_graded(get("07.batching_measured"), a, 3).earned == 0
+    a["average_batch"] = lambda before, after, model: BatchCounts(1, 1, {}).average_batch
     assert score_graded(get("07.batching_measured"), a, 3).earned == 0
 
 
-def test_a_prediction_typed_in_from_another_scenario_fails():
-    a, seed = answers(3), None
-    for s in range(4, 200):
-        sc = lab_scenario("07", s)
-        if min(sc["concurrency"], sc["preferred_batch_size"]) != a["predicted_avg_batch"]:
-            seed = s
-            break
-    assert score_graded(get("07.predicted_batch"), a, seed).earned == 0
+def test_the_analysis_reads_every_version_and_only_the_model_asked():
+    a = answers()
+    # the first entry only: wrong when the model has two versions or another model comes first
+    a["average_batch"] = lambda before, after, model: (
+        (after["model_stats"][0]["inference_count"] - before["model_stats"][0]["inference_count"])
+        / (after["model_stats"][0]["execution_count"] - before["model_stats"][0]["execution_count"])
+    )
+    assert score_graded(get("07.batching_measured"), a, 3).earned == 0
+    a = answers()
+    a["average_batch"] = lambda before, after, model: average_batch({"model_stats": []}, after, model)
+    assert score_graded(get("07.batching_measured"), a, 3).earned == 0  # the snapshot before counts
+
+
+def test_the_analysis_applied_to_the_labs_measurement():
+    """The notebook applies average_batch to two raw /stats answers, as Triton returns them."""
+    before, after = _stats(2, 2, {1: 2}), _stats(2 + 8 * 3, 2 + 8, {1: 2, 3: 8})
+    assert average_batch(before, after, "mlp") == 3.0
+
+
+def test_a_prediction_that_ignores_the_load_scores_zero():
+    a = answers()
+    a["predicted_avg_batch"] = lambda s: s["preferred_batch_size"]
+    assert score_graded(get("07.predicted_batch"), a, 3).earned == 0
+    a["predicted_avg_batch"] = lambda s: min(s["concurrency"], 16)
+    assert score_graded(get("07.predicted_batch"), a, 3).earned == 0
+
+
+def test_bypass_submissions_score_at_most_a_tenth():
+    from grader.memorise import copied_prediction_answers, imported_answers
+
+    total = sum(q.points for q in questions_for("07"))
+    for build in (memorised_answers, imported_answers, copied_prediction_answers):
+        fake = build("07", answers())
+        assert sum(score_graded(q, fake, 99).earned for q in questions_for("07")) <= 0.1 * total, (
+            build.__name__
+        )
 
 
 def test_memorised_submission_scores_at_most_a_quarter():

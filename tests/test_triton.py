@@ -278,6 +278,27 @@ def test_trtllm_config_fields():
             trtllm_config(engine_dir="/e", **bad)
 
 
+def test_llmapi_model_yaml_is_validated_llm_api_arguments():
+    import yaml
+
+    from lab_utils.triton.llm_backends import llmapi_model_yaml
+    from lab_utils.trtllm.options import OptionsError
+
+    text = llmapi_model_yaml(
+        "meta-llama/Llama-3.1-8B-Instruct",
+        {"max_batch_size": 64, "kv_cache_config": {"free_gpu_memory_fraction": 0.85, "max_tokens": 200_000}},
+        decoupled=True,
+    )
+    body = yaml.safe_load(text)
+    assert body["model"] == "meta-llama/Llama-3.1-8B-Instruct" and body["backend"] == "pytorch"
+    assert body["kv_cache_config"] == {"free_gpu_memory_fraction": 0.85, "max_tokens": 200_000}
+    assert body["triton_config"] == {"max_batch_size": 0, "decoupled": True}  # batching is the executor's
+    with pytest.raises(OptionsError, match="free_gpu_memory_fraction"):
+        llmapi_model_yaml("m", {"kv_cache_config": {"free_gpu_mem_fraction": 0.9}})
+    with pytest.raises(ValueError):
+        llmapi_model_yaml("m", {"triton_config": {}})
+
+
 def test_vllm_backend_folder(tmp_path):
     import json
 

@@ -55,6 +55,15 @@ class LateArrival:
     kinds: list[str]  # per step: "prefill" or "decode"
     waiting: list[int]  # per step: queue length when the step was planned
     provenance: str = ""
+    admitted: list[int] = field(default_factory=list)  # per step: requests it took from the queue
+
+    @property
+    def steps(self) -> list[dict]:
+        """The trace as step records: kind, queue length when planned, requests admitted."""
+        admitted = self.admitted or [0] * len(self.kinds)
+        return [
+            {"kind": k, "waiting": w, "admitted": a} for k, w, a in zip(self.kinds, self.waiting, admitted)
+        ]
 
     def raw_samples(self) -> dict:
         return {
@@ -103,6 +112,7 @@ def late_arrival(
         max_waiting_tokens,
         [r.kind for r in recs[: end + 1]],
         [r.waiting for r in recs[: end + 1]],
+        admitted=[r.admitted for r in recs[: end + 1]],
     )
     return stamp(obj)
 
@@ -189,6 +199,10 @@ def run_burst(
     done.set()
     if sampler:
         sampler.join()
+        for a, b in zip(sampled, sampled[1:]):  # a gauge reading holds until the next one
+            a["end"] = b["t"]
+        if sampled:
+            sampled[-1]["end"] = sampled[-1]["t"] + 0.05
     if errors:
         raise RuntimeError("; ".join(errors))
     steps = httpx.get(url + "/stand-in/batches", timeout=30).json()["steps"][before:] if stand_in else sampled

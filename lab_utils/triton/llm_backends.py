@@ -210,3 +210,40 @@ def write_vllm_model(repo: str | Path, name: str, model_json: dict[str, Any]) ->
         {1: {"model.json": json.dumps(model_json, indent=2) + "\n"}},
         replace=True,
     )
+
+
+# -- TensorRT-LLM through the LLM API: the llmapi model (replaces the engine backend above) ---------
+LLMAPI_TEMPLATE = "tensorrt_llm/triton_backend/all_models/llmapi"  # in the -trtllm-python-py3 container
+
+
+def llmapi_model_yaml(
+    model: str,
+    options: dict[str, Any] | None = None,
+    *,
+    decoupled: bool = False,
+    max_batch_size: int = 0,
+) -> str:
+    """`tensorrt_llm/1/model.yaml` of tensorrtllm_backend's llmapi model, validated.
+
+    The llmapi model is a python-backend model (`model.py`, `config.pbtxt`) shipped in the
+    container at `LLMAPI_TEMPLATE`; what a deployment changes is this file: the LLM API arguments
+    (`model`, `backend: pytorch`, then the options `trtllm-serve --config` takes, checked here
+    against `lab_utils.trtllm.options`) and a `triton_config` block with what would otherwise sit
+    in config.pbtxt. Batching happens inside the LLM API's executor (in-flight), not in Triton:
+    the template keeps Triton's `max_batch_size` at 0.
+    """
+    import yaml
+
+    from lab_utils.trtllm.options import validate_options
+
+    opts = dict(options or {})
+    for key in ("model", "triton_config"):
+        if key in opts:
+            raise ValueError(f"{key} is set by its own argument, not in options")
+    opts = {"backend": opts.pop("backend", "pytorch"), **opts}
+    validate_options(opts)
+    if max_batch_size < 0:
+        raise ValueError(f"max_batch_size must be >= 0, got {max_batch_size}")
+    triton = {"max_batch_size": int(max_batch_size), "decoupled": bool(decoupled)}
+    body = {"model": model, **opts, "triton_config": triton}
+    return yaml.safe_dump(body, sort_keys=False)

@@ -2,27 +2,31 @@
 
 Admission-rule functions are checked on two fixed cases in public and on random cases from the
 grading seed in the hidden checks, against `lab_utils.tgi.admission` (which the answers may not
-be or call). The migration function is checked on random TGI launches. Measured answers are the
-stamped objects of this run, re-derived here. Hints say where to look, never the answer.
+be or call). The migration function is checked on random TGI launches. The prediction is a function
+of the scenario graded on unseen scenarios against the simulator; the two measurement questions are
+analysis functions graded on step logs the hidden checks make up. Hints say where to look, never
+the answer.
 """
 
 from __future__ import annotations
 
 import math
 
-from lab_utils.grading.provenance import verify
 from lab_utils.grading.registry import question, scenario
 
+# a record's fields: a JSON type, that type or null ("integer?"), or a list of the allowed strings
 _FIELD_TYPES = {
     "city": "string",
     "population": "integer",
     "area_km2": "number",
     "capital": "boolean",
     "country": "string",
-    "founded": "integer",
-    "mayor": "string",
+    "founded": "integer?",
+    "mayor": "string?",
     "coastal": "boolean",
-    "elevation_m": "number",
+    "elevation_m": "number?",
+    "continent": ["Africa", "Americas", "Asia", "Europe", "Oceania"],
+    "climate": ["arid", "temperate", "tropical", "polar"],
 }
 
 
@@ -128,33 +132,42 @@ def _(tgi_to_vllm):
 
 # --- 06.make_schema ---------------------------------------------------------------------------
 
-_SAMPLES = {"string": ("Lyon", 3), "integer": (42, "x"), "number": (2.5, "x"), "boolean": (True, "yes")}
+_SAMPLES = {"string": ("Lyon", 3), "integer": (42, 2.5), "number": (2.5, "x"), "boolean": (True, "yes")}
+
+
+def _values(spec) -> tuple[list, list]:
+    """Values a field of this spec must accept, and values it must refuse."""
+    if isinstance(spec, (list, tuple)):
+        return list(spec), ["not " + str(spec[0]), 3, None]
+    good, bad = _SAMPLES[str(spec).rstrip("?")]
+    return ([good, None], [bad]) if str(spec).endswith("?") else ([good], [bad, None])
 
 
 def _schema_ok(schema, fields: dict) -> bool:
     import jsonschema
 
-    good = {k: _SAMPLES[t][0] for k, t in fields.items()}
-    try:
-        jsonschema.validate(good, schema)
-    except jsonschema.ValidationError:
-        return False
-    bads = [{**good, "unexpected_field": 1}]
-    for k, t in fields.items():
-        bads.append({kk: v for kk, v in good.items() if kk != k})
-        bads.append({**good, k: _SAMPLES[t][1]})
-    for bad in bads:
+    def accepts(record) -> bool:
         try:
-            jsonschema.validate(bad, schema)
+            jsonschema.validate(record, schema)
+        except (jsonschema.ValidationError, jsonschema.SchemaError):
             return False
-        except jsonschema.ValidationError:
-            pass
+        return True
+
+    values = {k: _values(spec) for k, spec in fields.items()}
+    good = {k: oks[0] for k, (oks, _) in values.items()}
+    if not accepts(good) or accepts({**good, "unexpected_field": 1}):
+        return False
+    for k, (oks, bads) in values.items():
+        if accepts({kk: v for kk, v in good.items() if kk != k}):
+            return False  # every field is required, a nullable one too
+        if not all(accepts({**good, k: v}) for v in oks) or any(accepts({**good, k: v}) for v in bads):
+            return False
     return "properties" in schema  # TGI refuses a json grammar without "properties"
 
 
 @question("06.make_schema", points=2, answers=["make_schema"])
 def _(make_schema):
-    """A JSON schema that accepts exactly a record with the given {field: type} (all required, no others)."""
+    """A JSON schema that accepts exactly a record with the given fields (all required, no others)."""
     schema = make_schema({"city": "string", "population": "integer"})
     assert isinstance(schema, dict) and "properties" in schema, (
         "return a JSON schema object; TGI's json grammar needs a 'properties' field"
@@ -162,32 +175,88 @@ def _(make_schema):
     assert _schema_ok(dict(schema), {"city": "string", "population": "integer"}), (
         "check every field is required, typed, and that no other field is allowed"
     )
+    fields = {"continent": ["Asia", "Europe"], "mayor": "string?"}
+    assert _schema_ok(dict(make_schema(dict(fields))), fields), (
+        "a list names the only strings allowed; a type ending in ? also allows null (the field stays required)"
+    )
 
 
 # --- 06.predicted_wait / 06.wait_measured -----------------------------------------------------
 
+# the prediction's references: the lab's measurement (late_arrival), the other simulator runs the
+# notebook makes (each returns or runs TGI's loop) and what they run on. The notebook imports the
+# measurements it shows after the prediction; inside the grader's sandbox an answer that calls one
+# (the old bypass `late_arrival(...).decodes_sat_out`) meets a stub.
+_SIM_REFS = [
+    "lab_utils.tgi.measure:late_arrival",
+    "lab_utils.tgi.measure:LateArrival",
+    "lab_utils.tgi.measure:compare_tgi_vllm",
+    "lab_utils.tgi.measure:ttft_by_prefill_budget",
+    "lab_utils.tgi.measure:tgi_sim",
+    "lab_utils.tgi.admission:TGIAdmission",
+    "lab_utils.tgi:TGIAdmission",
+    "lab_utils.sim.simulator:simulate",
+    "lab_utils.sim:simulate",
+]
 
-@question("06.predicted_wait", points=2, answers=["predicted_decodes_sat_out"], predict=True)
+
+@question(
+    "06.predicted_wait",
+    points=2,
+    answers=["predicted_decodes_sat_out"],
+    predict=True,
+    forbid=_SIM_REFS,
+)
 def _(predicted_decodes_sat_out):
-    """Before measuring: decode steps SCENARIO's late request sits out before TGI admits it."""
-    value = int(predicted_decodes_sat_out)
-    assert value >= 0, "a count of decode steps"
-    assert value < 100, "think in steps of the admission loop, not in seconds or tokens of output"
+    """predicted_decodes_sat_out(scenario): decode steps a late request sits out before TGI admits it."""
+    case = {"running": 4, "waiting_served_ratio": 2.0, "max_waiting_tokens": 8, "burst": 4}
+    value = int(predicted_decodes_sat_out(dict(case)))
+    assert 0 <= value <= 8, "a count of decode steps, and max_waiting_tokens bounds how long TGI holds out"
+    free = int(predicted_decodes_sat_out({**case, "waiting_served_ratio": 0.0}))
+    assert free == 0, "with waiting_served_ratio 0, is any new batch too small?"
 
 
-@question("06.wait_measured", points=2, answers=["LATE", "measured_decodes_sat_out"])
-def _(LATE, measured_decodes_sat_out):
-    """The simulator run of SCENARIO's late arrival, and the decode steps read from it."""
-    assert verify(LATE), "LATE must be the object late_arrival(...) returned in this run"
-    assert int(measured_decodes_sat_out) >= 0, "a count of decode steps"
+@question(
+    "06.wait_measured",
+    points=2,
+    answers=["queue_waits"],
+    forbid=["lab_utils.tgi.measure:LateArrival"],
+)
+def _(queue_waits):
+    """queue_waits(steps): per queued request (queue order), the decode steps planned while it waited."""
+    steps = [
+        {"kind": "prefill", "waiting": 2, "admitted": 2},
+        {"kind": "decode", "waiting": 0, "admitted": 0},
+    ]
+    got = [int(w) for w in queue_waits([dict(s) for s in steps])]
+    assert got == [0, 0], "two requests admitted by the first step waited through no decode"
+    steps = [
+        {"kind": "prefill", "waiting": 1, "admitted": 1},
+        {"kind": "decode", "waiting": 1, "admitted": 0},
+        {"kind": "prefill", "waiting": 1, "admitted": 1},
+    ]
+    got = [int(w) for w in queue_waits([dict(s) for s in steps])]
+    assert len(got) == 2 and got[0] == 0, "one entry per request admitted, in the order they queued"
 
 
 # --- 06.router_measured -----------------------------------------------------------------------
 
 
-@question("06.router_measured", points=2, answers=["ROUTER_RUN", "mean_decode_batch"])
-def _(ROUTER_RUN, mean_decode_batch):
-    """The burst measured on the stand-in router, and the mean batch size of its decode steps."""
-    assert verify(ROUTER_RUN), "ROUTER_RUN must be the object run_burst(...) returned in this run"
-    value = float(mean_decode_batch)
-    assert math.isfinite(value) and value >= 1, "a decode step runs at least one request"
+@question(
+    "06.router_measured",
+    points=2,
+    answers=["mean_decode_batch"],
+    forbid=["lab_utils.tgi.measure:RouterRun"],
+)
+def _(mean_decode_batch):
+    """mean_decode_batch(steps): requests in the batch at an average instant of decode time."""
+    steps = [
+        {"t": 0.0, "end": 0.2, "kind": "prefill", "batch_size": 2, "waiting": 0, "admitted": 2},
+        {"t": 0.2, "end": 0.3, "kind": "decode", "batch_size": 2, "waiting": 0, "admitted": 0},
+        {"t": 0.3, "end": 0.4, "kind": "decode", "batch_size": 2, "waiting": 0, "admitted": 0},
+    ]
+    value = float(mean_decode_batch([dict(s) for s in steps]))
+    assert math.isfinite(value) and abs(value - 2.0) < 1e-9, "every decode step ran the same two requests"
+    steps.append({"t": 0.4, "end": 0.5, "kind": "decode", "batch_size": 1, "waiting": 0, "admitted": 0})
+    value = float(mean_decode_batch([dict(s) for s in steps]))
+    assert 1.0 < value < 2.0, "a batch that shrinks lowers the mean"

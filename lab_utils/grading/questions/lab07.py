@@ -2,15 +2,15 @@
 
 Configs are checked by parsing them into Triton's own ModelConfig protobuf (tritonclient ships it)
 and by what Triton would refuse at load time; functions on at most two fixed cases in public and on
-random cases from the grading seed in the hidden checks; the measured batcher run is the stamped
-statistics object of that run, re-derived here. Hints say where to look, never the answer.
+random cases from the grading seed in the hidden checks. The prediction is a function of the
+scenario graded on unseen scenarios; the measurement is an analysis of two statistics snapshots,
+graded on snapshots the hidden check makes up. Hints say where to look, never the answer.
 """
 
 from __future__ import annotations
 
 import math
 
-from lab_utils.grading.provenance import verify
 from lab_utils.grading.registry import question, scenario
 
 GiB = 1 << 30
@@ -79,24 +79,62 @@ def _(served_versions):
 # --- 07.predicted_batch / 07.batching_measured -------------------------------------------------
 
 
-@question("07.predicted_batch", points=2, answers=["predicted_avg_batch"], predict=True)
+_BATCHER_SIMS = [
+    "lab_utils.sim.simulator:simulate",
+    "lab_utils.sim:simulate",
+    "lab_utils.sim.policies:DynamicBatching",
+    "lab_utils.sim:DynamicBatching",
+]
+
+
+@question(
+    "07.predicted_batch",
+    points=2,
+    answers=["predicted_avg_batch"],
+    predict=True,
+    forbid=_BATCHER_SIMS,
+)
 def _(predicted_avg_batch):
-    """Before measuring: the average batch Triton will form for SCENARIO's setting and load."""
-    value = float(predicted_avg_batch)
-    assert math.isfinite(value) and value >= 1, "a batch holds at least one request"
-    assert value <= 16, "the MLP's max_batch_size caps a batch"
-
-
-@question("07.batching_measured", points=2, answers=["BATCHING_RESULT", "measured_avg_batch"])
-def _(BATCHING_RESULT, measured_avg_batch):
-    """The statistics difference measured under SCENARIO's load, and the average batch read from it."""
-    assert verify(BATCHING_RESULT), (
-        "BATCHING_RESULT must be the counts object `measure` returned in this run, not numbers typed in"
+    """predicted_avg_batch(scenario): the average batch Triton forms for a batcher setting and load."""
+    case = {"preferred_batch_size": 4, "max_queue_delay_us": 10000, "concurrency": 3}
+    value = float(predicted_avg_batch(dict(case)))
+    assert math.isfinite(value) and 1 <= value <= 16, (
+        "a batch holds at least one request, and the MLP's max_batch_size caps it"
     )
-    sizes = {int(k): int(v) for k, v in dict(BATCHING_RESULT.batch_sizes).items()}
-    assert int(BATCHING_RESULT.inference_count) >= 16, "measure at least 16 requests"
-    assert max(sizes, default=1) > 1, "run it with the batcher on and concurrent clients"
-    assert float(measured_avg_batch) >= 1, "inferences per execution is at least 1"
+    alone = float(predicted_avg_batch({**case, "concurrency": 1}))
+    assert abs(alone - 1.0) < 0.5, "one closed-loop client has nobody to batch with"
+
+
+_STATS_REFS = [
+    "lab_utils.triton.measure:batch_counts",
+    "lab_utils.triton.measure:BatchCounts",
+    "lab_utils.triton.measure:settled_counts",
+    "lab_utils.triton.measure:measure_batcher",
+]
+
+
+def _entry(name, version, inferences, executions, sizes):
+    return {
+        "name": name,
+        "version": version,
+        "inference_count": inferences,
+        "execution_count": executions,
+        "batch_stats": [
+            {"batch_size": b, "compute_infer": {"count": n, "ns": 1000 * n}} for b, n in sizes.items()
+        ],
+    }
+
+
+@question("07.batching_measured", points=2, answers=["average_batch"], forbid=_STATS_REFS)
+def _(average_batch):
+    """average_batch(before, after, model): inferences per execution of `model` between two /stats answers."""
+    before = {"model_stats": [_entry("mlp", "1", 10, 10, {1: 10})]}
+    after = {"model_stats": [_entry("mlp", "1", 30, 30, {1: 30})]}
+    value = float(average_batch(before, after, "mlp"))
+    assert math.isfinite(value) and abs(value - 1.0) < 1e-9, "every execution ran one request: no batching"
+    after = {"model_stats": [_entry("mlp", "1", 40, 20, {1: 10, 3: 10})]}
+    value = float(average_batch(before, after, "mlp"))
+    assert 1.0 < value <= 3.0, "between the snapshots some executions ran three requests at once"
 
 
 # --- 07.ensemble_config ------------------------------------------------------------------------
