@@ -57,6 +57,14 @@ def test_bubble():
     assert bubble_fraction(4, 64) < bubble_fraction(4, 8)
 
 
+def test_decode_bubble_vanishes_with_a_batch_per_stage():
+    from lab_utils.deploy.parallel import decode_bubble_fraction
+
+    assert decode_bubble_fraction(1, 1) == 0
+    assert decode_bubble_fraction(4, 1) == 0.75 and decode_bubble_fraction(4, 2) == 0.5
+    assert decode_bubble_fraction(4, 4) == 0 == decode_bubble_fraction(4, 9)
+
+
 def test_reference_plan_prefers_tp_and_uses_pp_only_past_a_node():
     slo = {"max_model_len": 8192, "concurrent_requests": 64}
     assert reference_plan(MODELS["Llama-3-8B"], "H100-80GB", slo) == (1, 1, 2)
@@ -76,11 +84,30 @@ def test_reference_plan_prefers_tp_and_uses_pp_only_past_a_node():
 def test_disaggregation_flattens_tpot_and_needs_enough_prefill():
     cost = StepCostModel.from_gpu("H100-80GB", 8e9)
     wl = poisson_workload(120, rate=10.0, prompt_len=3000, output_len=128, seed=1)
-    out = compare_pools(wl, 4, 2, cost)
+    link = {"kv_bytes_per_token": 131072, "link_gb_s": 50.0, "kv_capacity_tokens": 400_000}
+    out = compare_pools(wl, 4, 2, cost, **link)
     assert out["disaggregated"]["tpot_p95"] < out["colocated"]["tpot_p95"]
-    starved = disaggregated(wl, 1, 3, cost)
+    starved = disaggregated(wl, 1, 3, cost, **link)
     assert starved["ttft_p95"] > out["disaggregated"]["ttft_p95"]
     assert colocated(wl, 4, cost)["requests"] == 120
+
+
+def test_kv_transfer_grows_with_the_prompt_and_shows_in_ttft():
+    from lab_utils.deploy.disagg import decode_slots, transfer_seconds
+
+    assert transfer_seconds(4000, 131072, 50.0) == 2 * transfer_seconds(2000, 131072, 50.0)
+    cost = StepCostModel.from_gpu("H100-80GB", 8e9)
+    wl = poisson_workload(80, rate=5.0, prompt_len=3000, output_len=64, seed=2)
+    fast = disaggregated(wl, 2, 2, cost, kv_bytes_per_token=131072, link_gb_s=900.0)
+    slow = disaggregated(wl, 2, 2, cost, kv_bytes_per_token=131072, link_gb_s=5.0)
+    assert slow["ttft_p50"] - fast["ttft_p50"] > 0.9 * (slow["transfer_p50"] - fast["transfer_p50"])
+    # the decode GPU holds whole prompts: its KV capacity bounds the requests it runs at once
+    assert decode_slots(wl, 3064 * 10, 64) == 10
+    tight = disaggregated(
+        wl, 2, 2, cost, kv_bytes_per_token=131072, link_gb_s=50.0, kv_capacity_tokens=3064 * 2
+    )
+    roomy = disaggregated(wl, 2, 2, cost, kv_bytes_per_token=131072, link_gb_s=50.0)
+    assert tight["decode_slots"] == 2 and tight["ttft_p95"] > roomy["ttft_p95"]
 
 
 # --- manifests --------------------------------------------------------------------------------------
@@ -313,9 +340,35 @@ def _answers():
                 fn[names.get(k, k)] = v
         return {"function": fn, "concurrent": conc}
 
+    def predicted_gain(scenario):
+        a = (scenario["num_tenants"], scenario["num_replicas"], scenario["requests_per_tenant"])
+        return predict_hit_fraction("consistent_hash", *a) - predict_hit_fraction("round_robin", *a)
+
+    def routing_report(before, after, ttfts):
+        d = [
+            (h1 - h0, q1 - q0) if q1 >= q0 and h1 >= h0 else (h1, q1)
+            for (h0, q0), (h1, q1) in zip(before, after)
+        ]
+        total = sum(q for _, q in d)
+        xs = sorted(t for t in ttfts if t is not None)
+        pos = (len(xs) - 1) * 0.95
+        lo = math.floor(pos)
+        hi = min(lo + 1, len(xs) - 1)
+        return {
+            "hit_rate": sum(h for h, _ in d) / total,
+            "replica_share": [q / total for _, q in d],
+            "ttft_p95": xs[lo] + (xs[hi] - xs[lo]) * (pos - lo),
+        }
+
+    def best_policy(reports, slo):
+        ok = sorted((-r["hit_rate"], r["ttft_p95"], k) for k, r in reports.items() if r["ttft_p95"] <= slo)
+        return ok[0][2] if ok else None
+
     return {
         "predict_hit_fraction": predict_hit_fraction,
-        "predicted_gain": None,
+        "predicted_gain": predicted_gain,
+        "routing_report": routing_report,
+        "best_policy": best_policy,
         "valid_tp_degrees": valid_tp_degrees,
         "plan_parallelism": plan_parallelism,
         "manifest_faults": manifest_faults,
@@ -327,37 +380,59 @@ def _answers():
 @pytest.mark.parametrize("seed", [0, 123])
 def test_right_answers_score_full_and_stubs_zero(seed):
     from grader.judge import score_graded
-    from lab_utils.grading import get, lab_scenario
+    from lab_utils.grading import questions_for
 
     ans = _answers()
-    scen = lab_scenario("10", seed)
-    f = ans["predict_hit_fraction"]
-    ans["predicted_gain"] = f("consistent_hash", 0, scen["num_replicas"], scen["requests_per_tenant"]) - f(
-        "round_robin", 0, scen["num_replicas"], scen["requests_per_tenant"]
-    )
-    for qid in ("10.hit_fraction", "10.valid_tp", "10.planner", "10.fix_manifest", "10.modal_upgrade"):
-        q = get(qid)
+    for q in questions_for("10"):
         r = score_graded(q, ans, seed)
-        assert r.earned == q.points, (qid, r)
+        assert r.earned == q.points, (q.id, r)
 
         def stub(*a, **k):
             raise NotImplementedError
 
         stubs = {name: stub for name in q.answers}
-        assert score_graded(q, stubs, seed).earned == 0, qid
+        assert score_graded(q, stubs, seed).earned == 0, q.id
 
 
-def test_measured_question_refuses_a_typed_in_run():
+def test_wrong_analyses_and_plans_fail():
+    import math
+
     from grader.judge import score_graded
     from lab_utils.grading import get
 
-    typed = {
-        "round_robin": {"hit_rate": 0.4},
-        "consistent_hash": {"hit_rate": 0.6},
-        "cache_aware": {"hit_rate": 0.6},
-    }
-    r = score_graded(get("10.routing_measured"), {"routing_runs": typed, "best_policy": "consistent_hash"}, 1)
-    assert r.earned == 0
+    ans = _answers()
+    good = ans["routing_report"]
+
+    def no_restart(before, after, ttfts):  # a restarted replica's counters taken as negative traffic
+        r = dict(
+            good(
+                [[0, 0]] * len(before),
+                [[h1 - h0, q1 - q0] for (h0, q0), (h1, q1) in zip(before, after)],
+                ttfts,
+            )
+        )
+        return r
+
+    def p95_nearest(before, after, ttfts):
+        r = dict(good(before, after, ttfts))
+        xs = sorted(t for t in ttfts if t is not None)
+        r["ttft_p95"] = xs[min(len(xs) - 1, math.ceil(0.95 * len(xs)) - 1)]
+        return r
+
+    def ignores_slo(reports, slo):
+        return max(reports, key=lambda k: (reports[k]["hit_rate"], k))
+
+    def no_replication(h, kv, node):
+        return [t for t in range(1, node + 1) if h % t == 0 and kv % t == 0]
+
+    for wrong in (
+        {"routing_report": no_restart},
+        {"routing_report": p95_nearest},
+        {"best_policy": ignores_slo},
+    ):
+        r = score_graded(get("10.routing_measured"), dict(ans, **wrong), 5)
+        assert r.earned == 0, (wrong, r)
+    assert score_graded(get("10.valid_tp"), dict(ans, valid_tp_degrees=no_replication), 5).earned == 0
 
 
 def test_router_compose_gives_each_replica_its_own_gpu_and_waits_for_them():

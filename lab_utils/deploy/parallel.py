@@ -4,10 +4,18 @@
                            TP must divide the query heads, and the KV heads are split (KV % TP == 0)
                            or replicated (TP % KV == 0). An all-reduce after every layer: keep TP
                            inside one NVLink domain. Here that is a node of 8 GPUs (HGX); rack-scale
-                           NVLink systems such as GB200 NVL72 put 72 GPUs in one domain.
+                           NVLink systems such as GB200 NVL72 put 72 GPUs in one domain (NVIDIA's
+                           GB200 NVL72 page, https://www.nvidia.com/en-us/data-center/gb200-nvl72/,
+                           checked 2026-12).
     pipeline parallel (PP) layers split into PP stages on different GPUs; only activations cross
-                           between stages, so it spans nodes, but a stage idles while the pipeline
-                           fills and drains: the bubble (PP - 1) / (M + PP - 1) for M micro-batches.
+                           between stages, so it spans nodes. Serving keeps several batches in
+                           flight, one per stage at best (vLLM 0.32 schedules up to PP batches at
+                           once: VllmConfig.max_concurrent_batches, "PP requires PP-size concurrent
+                           batches to fill the pipeline"): with M batches in flight a stage works on
+                           min(M, PP) of every PP stage-times, so a decode step idles
+                           `decode_bubble_fraction(PP, M)`; each batch's step still passes through
+                           every stage, so PP cuts no per-token latency. Training's fill-and-drain
+                           bubble (`bubble_fraction`, GPipe) is per optimizer step, not per token.
     data parallel (DP)     whole copies (replicas) behind a router; no communication between them.
 
 `per_gpu_memory` uses lab_utils.memory's terms: weights / (TP x PP), the activation peak of one
@@ -119,8 +127,20 @@ def per_gpu_memory(
 
 
 def bubble_fraction(pp: int, microbatches: int) -> float:
-    """Share of a pipeline's GPU time spent idle while it fills and drains (GPipe schedule)."""
+    """Training: share of a pipeline's GPU time idle while it fills and drains once per optimizer
+    step of `microbatches` micro-batches (GPipe schedule). Serving has no such step; see
+    `decode_bubble_fraction`."""
     return (pp - 1) / (microbatches + pp - 1)
+
+
+def decode_bubble_fraction(pp: int, in_flight_batches: int) -> float:
+    """Serving: share of each stage's time idle in steady-state decoding with `in_flight_batches`
+    batches in the pipeline. A decode step of one batch visits the PP stages in turn; with M < PP
+    batches in flight, a stage is busy M of every PP stage-times; with M >= PP it never waits
+    (inter-stage transfers and unequal stages ignored)."""
+    if pp < 1 or in_flight_batches < 1:
+        raise ValueError("pp and in_flight_batches are at least 1")
+    return max(0.0, 1.0 - in_flight_batches / pp)
 
 
 def reference_plan(spec: ModelSpec, gpu: str, slo: dict, *, max_pp: int = 8) -> tuple[int, int, int]:
@@ -129,8 +149,9 @@ def reference_plan(spec: ModelSpec, gpu: str, slo: dict, *, max_pp: int = 8) -> 
     Candidates: every allowed TP within one node (slo.get("gpus_per_node", 8)) with PP = 1, and
     PP = 2..max_pp only at the largest allowed TP (pipeline stages cross nodes; inside a node TP
     is better: it cuts per-token latency, PP does not). Among the candidates that hold at least
-    one request: the fewest GPUs in total (TP x PP x replicas); ties go to the smaller PP (no
-    bubble), then to fewer GPUs per replica (more replicas, smaller failure domains).
+    one request: the fewest GPUs in total (TP x PP x replicas); ties go to the smaller PP (fewer
+    stages each token waits through), then to fewer GPUs per replica (more replicas, smaller
+    failure domains).
     """
     length, want = int(slo["max_model_len"]), int(slo["concurrent_requests"])
     node = int(slo.get("gpus_per_node", NODE_GPUS))
@@ -158,6 +179,7 @@ __all__ = [
     "NODE_GPUS",
     "ParallelMemory",
     "bubble_fraction",
+    "decode_bubble_fraction",
     "parallel_problems",
     "per_gpu_memory",
     "reference_plan",

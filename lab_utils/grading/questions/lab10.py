@@ -3,9 +3,9 @@ parallel degrees and a parallelism planner graded on unseen models, a broken Kub
 found and fixed (graded by kubernetes-validate and by behaviour on unseen broken copies), and the
 seeds' Modal arguments rewritten for today's API (graded by Modal itself, offline).
 
-The measured answer (`routing_runs`) holds the RoutingRun objects `lab_utils.routing.measure_policy`
-returned and stamped in the run; the hidden check verifies the stamps and re-derives the hit rates
-from the raw counter samples.
+Every answer is a function. The routing measurement is graded as an analysis: `routing_report`
+on counter snapshots and TTFTs the hidden check makes up, `best_policy` on made-up reports; the real
+run fills the lab's table through them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import random
 
-from lab_utils.grading.checks import measured
 from lab_utils.grading.registry import limits, question, scenario
 
 POLICIES = ("round_robin", "consistent_hash", "cache_aware")
@@ -41,6 +40,7 @@ def _(rng):
             "rate": rng.choice([6.0, 8.0, 10.0]),
             "prompt_len": rng.choice([2000, 3000, 4000]),
             "output_len": rng.choice([128, 256]),
+            "link_gb_s": rng.choice([12.5, 25.0, 50.0]),
         },
         "manifest_seed": rng.randint(0, 10_000),
         "modal_old": {
@@ -73,7 +73,8 @@ def _close(a: float, b: float, tol: float) -> bool:
     forbid=["lab_utils.routing:reference_hit_fraction", "lab_utils.routing:expected_distinct"],
 )
 def _(predict_hit_fraction, predicted_gain):
-    """Expected share of requests that find their tenant's prefix cached, per policy."""
+    """Expected share of requests that find their tenant's prefix cached, per policy; and the gain
+    of consistent_hash over round_robin for a scenario dict."""
     rr = float(predict_hit_fraction("round_robin", 8, 2, 3))
     ch = float(predict_hit_fraction("consistent_hash", 8, 2, 3))
     assert 0 <= rr <= 1 and 0 <= ch <= 1, "a fraction of requests lies between 0 and 1"
@@ -81,28 +82,47 @@ def _(predict_hit_fraction, predicted_gain):
     assert _close(predict_hit_fraction("round_robin", 8, 1, 3), ch, 1e-9), (
         "with one replica every policy sends a tenant to the same place"
     )
-    assert 0 < float(predicted_gain) < 1, "the gain is a difference of two fractions, for this lab's scenario"
+    g = float(predicted_gain({"num_tenants": 8, "num_replicas": 2, "requests_per_tenant": 3}))
+    assert 0 < g < 1, "predicted_gain(scenario) is a difference of two fractions"
+    assert _close(predicted_gain({"num_tenants": 8, "num_replicas": 1, "requests_per_tenant": 3}), 0, 1e-9), (
+        "one replica: nothing to gain"
+    )
 
 
 # --- 10.routing_measured --------------------------------------------------------------------------
 
 
-def _runs(routing_runs) -> dict:
-    from lab_utils.routing import RoutingRun
-
-    if not isinstance(routing_runs, dict) or not routing_runs:
-        raise AssertionError("routing_runs maps each policy's name to the RoutingRun measure_policy returned")
-    for name, run in routing_runs.items():
-        measured(run, RoutingRun, f"routing_runs[{name!r}]", "measure_policy")
-    return routing_runs
-
-
-@question("10.routing_measured", points=2, answers=["routing_runs", "best_policy"])
-def _(routing_runs, best_policy):
-    """The three policies measured through the real router, and the one with the best hit rate."""
-    runs = _runs(routing_runs)
-    assert set(runs) >= set(POLICIES), f"measure every policy of {POLICIES}"
-    assert str(best_policy) in runs, "best_policy names one of the measured policies"
+@question(
+    "10.routing_measured",
+    points=2,
+    answers=["routing_report", "best_policy"],
+    forbid=[
+        "lab_utils.routing:RoutingRun",
+        "lab_utils.clients.loadgen:summarize",
+        "lab_utils.mathutils:percentile",
+        "lab_utils.bench.load:percentiles",
+    ],
+)
+def _(routing_report, best_policy):
+    """routing_report(before, after, ttfts) -> {"hit_rate", "replica_share", "ttft_p95"};
+    best_policy(reports, ttft_slo_s) -> the policy name, or None."""
+    r = routing_report([[0.0, 0.0], [0.0, 0.0]], [[30.0, 100.0], [10.0, 100.0]], [0.1, 0.2, None])
+    r = dict(r)
+    assert set(r) == {"hit_rate", "replica_share", "ttft_p95"}, (
+        "return {'hit_rate': ..., 'replica_share': [...], 'ttft_p95': ...}"
+    )
+    share = [float(x) for x in r["replica_share"]]
+    assert len(share) == 2 and _close(sum(share), 1.0, 1e-9), (
+        "one share per replica; together all the traffic"
+    )
+    assert 0 < float(r["hit_rate"]) < 1 and 0.1 <= float(r["ttft_p95"]) <= 0.2, (
+        "a rate over both replicas, and a p95 among the requests that got a first token"
+    )
+    reports = {
+        "a": {"hit_rate": 0.2, "replica_share": [0.5, 0.5], "ttft_p95": 0.5},
+        "b": {"hit_rate": 0.6, "replica_share": [0.5, 0.5], "ttft_p95": 0.4},
+    }
+    assert str(best_policy(dict(reports), 1.0)) == "b", "the most prefix-cache hits, within the SLO"
 
 
 # --- 10.valid_tp ------------------------------------------------------------------------------------
@@ -112,14 +132,18 @@ def _(routing_runs, best_policy):
     "10.valid_tp",
     points=2,
     answers=["valid_tp_degrees"],
-    forbid=["lab_utils.deploy.parallel:parallel_problems"],
+    forbid=[
+        "lab_utils.deploy.parallel:parallel_problems",
+        "lab_utils.drills.calc:valid_tp_degrees",
+        "lab_utils.memory:kv_heads_per_gpu",
+    ],
 )
 def _(valid_tp_degrees):
-    """Tensor-parallel degrees a model's heads allow within one node."""
+    """Tensor-parallel degrees vLLM accepts for a model, within one NVLink domain."""
     got = [int(t) for t in valid_tp_degrees(32, 8, 8)]
     assert got == sorted(set(got)) and got[0] == 1, "an ascending list of distinct degrees, starting at 1"
     assert max(got) <= 8, "tensor parallelism stays inside one NVLink domain"
-    assert 3 not in got, "the query heads must split evenly"
+    assert 3 not in got, "32 heads on 3 GPUs: what would each GPU compute?"
     small = [int(t) for t in valid_tp_degrees(9, 3, 8)]
     assert 9 not in small and 2 not in small, "think about the course model's 9 query and 3 KV heads"
 
@@ -131,7 +155,7 @@ def _(valid_tp_degrees):
     "10.planner", points=3, answers=["plan_parallelism"], forbid=["lab_utils.deploy.parallel:reference_plan"]
 )
 def _(plan_parallelism):
-    """(TP, PP, replicas) for a model, a GPU and an SLO, by the rules the lab states."""
+    """(TP, PP, replicas) for a model, a GPU and an SLO: the fewest GPUs that hold the load."""
     from lab_utils.deploy.parallel import per_gpu_memory
     from lab_utils.drills.shapes import MODELS
 
