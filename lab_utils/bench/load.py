@@ -243,11 +243,13 @@ def run_sweep(
     interval: float = 0.2,
     seed: int = 0,
     concurrency_cap: int | None = None,
+    output_lens: Sequence[int] | None = None,
 ) -> Sweep:
     """Run one load level after another against `server` (a VLLMServer), sampling its gauges and CPU.
 
     kind "open": levels are Poisson request rates; "closed": levels are fixed concurrencies.
-    Every request generates exactly `max_tokens` tokens (ignore_eos), so levels differ only in load.
+    Every request generates exactly `max_tokens` tokens (ignore_eos), so levels differ only in load;
+    `output_lens` gives each request its own length instead (a length mix, reused in turn).
     """
     from lab_utils.clients.metrics import MetricsSampler
     from lab_utils.grading.provenance import stamp
@@ -275,6 +277,7 @@ def run_sweep(
                     ignore_eos=True,
                     api_key=server.api_key,
                     seed=seed,
+                    output_lens=output_lens,
                     **kw,
                 )
             )
@@ -325,6 +328,29 @@ def sweep_table(sweep: Sweep, slo: SLO) -> list[dict]:
     return rows
 
 
+def level_tails(sweeps: Sequence[Sweep], metric: str, qs: Sequence[float] = (50, 90)) -> list[list[tuple]]:
+    """Repeated sweeps of the same levels: per level, per percentile in `qs`, the (median, min, max)
+    over the repeats of that percentile of `metric` ("ttft", "e2e", "tpot") over finished requests."""
+    levels = {len(sw.runs) for sw in sweeps}
+    if len(levels) != 1:
+        raise ValueError("the sweeps must have the same levels")
+    out = []
+    for i in range(levels.pop()):
+        per_q = []
+        for q in qs:
+            vals = []
+            for sw in sweeps:
+                xs = [
+                    getattr(r, metric) for r in sw.runs[i].records if r.ok and getattr(r, metric) is not None
+                ]
+                vals.append(percentile(xs, q))
+            vals.sort()
+            mid = (vals[(len(vals) - 1) // 2] + vals[len(vals) // 2]) / 2  # the median, even counts too
+            per_q.append((mid, vals[0], vals[-1]))
+        out.append(per_q)
+    return out
+
+
 def littles_law(run: LoadResult, metric_times: Sequence[float], metric_rows: Sequence[dict]) -> dict:
     """Little's law on one run: the client's lambda * W against vLLM's running + waiting.
 
@@ -364,6 +390,7 @@ __all__ = [
     "knee_rate_model",
     "latency_from_intended",
     "level_row",
+    "level_tails",
     "littles_law",
     "percentiles",
     "run_sweep",

@@ -348,6 +348,7 @@ async def run_load_async(
     extra_body: dict | None = None,
     seed: int = 0,
     timeout: float = 300.0,
+    output_lens: Sequence[int] | None = None,
 ) -> LoadResult:
     """Send `num_requests` streaming requests (prompts reused in turn) and record each one.
 
@@ -360,6 +361,8 @@ async def run_load_async(
         timeout: one deadline (s) per request, from its send to its last byte.
         endpoint: "completions" (prompt text) or "chat" (messages; a string becomes one user turn).
         ignore_eos: ask vLLM to always generate max_tokens (same work for every request).
+        output_lens: per-request max_tokens, reused in turn like the prompts (a length mix such as
+            ShareGPT's, with ignore_eos); `max_tokens` is then only the settings' label.
     """
     import httpx
 
@@ -375,6 +378,10 @@ async def run_load_async(
         raise ValueError(f"rate must be a positive number of requests per second, got {rate}")
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    if output_lens is not None:
+        output_lens = [int(x) for x in output_lens]
+        if not output_lens or min(output_lens) < 1:
+            raise ValueError("output_lens: at least one length, each at least 1 token")
     n = len(prompts) if num_requests is None else int(num_requests)
     url = base_url.rstrip("/") + ("/chat/completions" if endpoint == "chat" else "/completions")
     headers = {"Authorization": f"Bearer {api_key}"}
@@ -391,8 +398,9 @@ async def run_load_async(
         def record(i: int, start: float) -> tuple[RequestRecord, dict]:
             rec = RequestRecord(request_id=i, start=start)
             records.append(rec)
+            limit = max_tokens if output_lens is None else output_lens[i % len(output_lens)]
             body = _payload(
-                endpoint, model, prompts[i % len(prompts)], max_tokens, temperature, ignore_eos, extra_body
+                endpoint, model, prompts[i % len(prompts)], limit, temperature, ignore_eos, extra_body
             )
             return rec, body
 
@@ -445,6 +453,7 @@ async def run_load_async(
         "ignore_eos": ignore_eos,
         "seed": seed,
         "duration_s": duration,
+        **({"output_lens": list(output_lens)} if output_lens is not None else {}),
     }
     from lab_utils.grading.provenance import stamp
 

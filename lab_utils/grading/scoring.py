@@ -72,6 +72,8 @@ def _code_objects(obj) -> set:
                         codes.add(code)
     else:
         code = getattr(obj, "__code__", None) or getattr(getattr(obj, "__func__", None), "__code__", None)
+        if code is None:  # numpy's array-function dispatchers (np.percentile) keep the function aside
+            code = getattr(getattr(obj, "_implementation", None), "__code__", None)
         if code is not None:
             codes.add(code)
     return codes
