@@ -152,7 +152,10 @@ def _(valid_tp_degrees):
 
 
 @question(
-    "10.planner", points=3, answers=["plan_parallelism"], forbid=["lab_utils.deploy.parallel:reference_plan"]
+    "10.planner",
+    points=3,
+    answers=["plan_parallelism"],
+    forbid=["lab_utils.deploy.parallel:reference_plan", "lab_utils.deploy.parallel:parallel_problems"],
 )
 def _(plan_parallelism):
     """(TP, PP, replicas) for a model, a GPU and an SLO: the fewest GPUs that hold the load."""
