@@ -63,41 +63,69 @@ def prefill_ttft_s(num_params, prompt_tokens, peak_tflops, mfu, tensor_parallel_
     return 2 * num_params * prompt_tokens / (tensor_parallel_size * peak_tflops * 1e12 * mfu)
 
 
-def lab01_answers(seed: int) -> dict:
+_NBYTES = {"float32": 4, "bfloat16": 2, "fp8": 1}
+
+
+def request_kv_bytes(config, num_tokens, dtype_bytes):
+    heads = config["num_attention_heads"]
+    kv = config.get("num_key_value_heads") or heads
+    hd = config.get("head_dim") or config["hidden_size"] // heads
+    kinds = config.get("layer_types") or ["full_attention"] * config["num_hidden_layers"]
+    held = sum(
+        min(num_tokens, config["sliding_window"]) if k == "sliding_attention" else num_tokens for k in kinds
+    )
+    return 2 * kv * hd * dtype_bytes * held
+
+
+def _windows_ignored(config, num_tokens, dtype_bytes):
+    return request_kv_bytes({k: v for k, v in config.items() if k != "layer_types"}, num_tokens, dtype_bytes)
+
+
+def scenario_plan(s):
     from lab_utils.memory import GPUS, ModelSpec, weight_bytes
 
-    s = lab_scenario("01", seed)
     spec, gpu = ModelSpec(**s["model"]), GPUS[s["gpu"]]
-    nbytes = {"float32": 4, "bfloat16": 2, "fp8": 1}
+    per_token = kv_bytes_per_token(
+        spec.num_layers, spec.num_kv_heads, spec.head_dim, _NBYTES[s["kv_cache_dtype"]]
+    )
     total = (
-        weight_bytes(spec, s["weights"])
-        + s["concurrent_requests"]
-        * s["context_tokens"]
-        * kv_bytes_per_token(spec.num_layers, spec.num_kv_heads, spec.head_dim, nbytes[s["kv_cache_dtype"]])
+        weight_bytes(spec, s["weights"]) + s["concurrent_requests"] * s["context_tokens"] * per_token
     ) / GiB
     usable = s["gpu_memory_utilization"] * gpu.memory_bytes / GiB - s["reserve_gib"]
-    v = s["vllm"]
+    return parallel_plan(total, usable, spec.num_attention_heads, spec.num_kv_heads, s["gpus_per_node"])
+
+
+def scenario_spec_speedup(s):
+    return expected_tokens_per_pass(s["spec_alpha"], s["spec_k"]) / (1 + s["spec_k"] * s["draft_cost_ratio"])
+
+
+def scenario_ttft_s(s):
+    from lab_utils.memory import GPUS, ModelSpec
+
+    spec, gpu = ModelSpec(**s["model"]), GPUS[s["gpu"]]
+    return prefill_ttft_s(
+        spec.non_embedding_params, s["prompt_tokens"], gpu.bf16_tflops, s["mfu"], *s["ttft_parallel"]
+    )
+
+
+def predicted_vllm(v):
+    per_token = kv_bytes_per_token(30, 3, 64, _NBYTES[v["dtype"]])
+    return vllm_capacity(v["kv_cache_gib"] * GiB, per_token, v["block_size"], v["max_model_len"])
+
+
+def lab01_answers(seed: int) -> dict:
     return {
         "kv_bytes_per_token": kv_bytes_per_token,
+        "request_kv_bytes": request_kv_bytes,
         "vllm_capacity": vllm_capacity,
-        "predicted_vllm": vllm_capacity(
-            v["kv_cache_gib"] * GiB,
-            kv_bytes_per_token(30, 3, 64, nbytes[v["dtype"]]),
-            v["block_size"],
-            v["max_model_len"],
-        ),
+        "predicted_vllm": predicted_vllm,
         "parallel_plan": parallel_plan,
-        "scenario_plan": parallel_plan(
-            total, usable, spec.num_attention_heads, spec.num_kv_heads, s["gpus_per_node"]
-        ),
+        "scenario_plan": scenario_plan,
         "decode_step": decode_step,
         "expected_tokens_per_pass": expected_tokens_per_pass,
-        "scenario_spec_speedup": expected_tokens_per_pass(s["spec_alpha"], s["spec_k"])
-        / (1 + s["spec_k"] * s["draft_cost_ratio"]),
+        "scenario_spec_speedup": scenario_spec_speedup,
         "prefill_ttft_s": prefill_ttft_s,
-        "scenario_ttft_s": prefill_ttft_s(
-            spec.non_embedding_params, s["prompt_tokens"], gpu.bf16_tflops, s["mfu"], *s["ttft_parallel"]
-        ),
+        "scenario_ttft_s": scenario_ttft_s,
     }
 
 
@@ -107,40 +135,43 @@ def queries_per_kv_head(config):
     )
 
 
-def count_chat_tokens(tokenizer, messages):
-    return len(
-        tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)[
-            "input_ids"
-        ]
+def request_prompt_tokens(tokenizer, messages):
+    return [
+        len(
+            tokenizer.apply_chat_template(
+                messages[: i + 1], add_generation_prompt=True, tokenize=True, return_dict=True
+            )["input_ids"]
+        )
+        for i, m in enumerate(messages)
+        if m["role"] == "user"
+    ]
+
+
+def stream_deltas(tokenizer, prompt_ids, output_ids):
+    new, sent, out = output_ids[len(prompt_ids) :], "", []
+    for i in range(len(new)):
+        text = tokenizer.decode(new[: i + 1], skip_special_tokens=True)
+        delta = "" if text.endswith("\ufffd") else text[len(sent) :]
+        sent += delta
+        out.append(delta)
+    return out
+
+
+def predicted_tokens_per_s(config, bytes_per_s, dtype_bytes):
+    h, heads = config["hidden_size"], config["num_attention_heads"]
+    kv = config.get("num_key_value_heads") or heads
+    hd = config.get("head_dim") or h // heads
+    layer = 2 * h * heads * hd + 2 * h * kv * hd + 3 * h * config["intermediate_size"]
+    return bytes_per_s / ((config["num_hidden_layers"] * layer + config["vocab_size"] * h) * dtype_bytes)
+
+
+def _all_weights_tokens_per_s(config, bytes_per_s, dtype_bytes):
+    """Counts the embedding table as read (twice when untied): the bound every-weight counting gives."""
+    h = config["hidden_size"]
+    extra = 0 if config.get("tie_word_embeddings") else config["vocab_size"] * h
+    return 1 / (
+        1 / predicted_tokens_per_s(config, bytes_per_s, dtype_bytes) + extra * dtype_bytes / bytes_per_s
     )
-
-
-def new_text(tokenizer, prompt_ids, output_ids):
-    return tokenizer.decode(output_ids[len(prompt_ids) :], skip_special_tokens=True)
-
-
-_BANDWIDTH = []
-
-
-def _bandwidth():
-    if not _BANDWIDTH:
-        from lab_utils.hostperf import measure_read_bandwidth
-
-        _BANDWIDTH.append(measure_read_bandwidth(megabytes=32, repeats=2))
-    return _BANDWIDTH[0]
-
-
-def _weight_bytes_from_file() -> int:
-    """float32 weight bytes from the safetensors header (independent of the question's count)."""
-    import json
-    import struct
-
-    from lab_utils.models import course_model_path
-
-    raw = (Path(course_model_path()) / "model.safetensors").read_bytes()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + n])
-    return sum(e["data_offsets"][1] - e["data_offsets"][0] for k, e in header.items() if k != "__metadata__")
 
 
 @functools.lru_cache(maxsize=1)
@@ -152,20 +183,12 @@ def _tokenizer():
     return AutoTokenizer.from_pretrained(course_model_path())
 
 
-@functools.lru_cache(maxsize=4)
-def _lab00_scenario_tokens(seed: int) -> int:
-    return count_chat_tokens(_tokenizer(), lab_scenario("00", seed)["conversation"])
-
-
 def lab00_answers(seed: int) -> dict:
-    bw = _bandwidth()
     return {
         "queries_per_kv_head": queries_per_kv_head,
-        "count_chat_tokens": count_chat_tokens,
-        "scenario_prompt_tokens": _lab00_scenario_tokens(seed),
-        "new_text": new_text,
-        "predicted_tokens_per_s": bw.bytes_per_s / _weight_bytes_from_file(),
-        "bandwidth": bw,
+        "request_prompt_tokens": request_prompt_tokens,
+        "stream_deltas": stream_deltas,
+        "predicted_tokens_per_s": predicted_tokens_per_s,
     }
 
 
@@ -173,11 +196,19 @@ def lab00_answers(seed: int) -> dict:
 
 WRONG = {
     "00.queries_per_kv_head": {"queries_per_kv_head": lambda c: c.get("num_key_value_heads", 1)},
-    "00.count_chat_tokens": {
-        "count_chat_tokens": lambda tok, m: sum(len(tok(x["content"])["input_ids"]) for x in m)
+    "00.count_chat_tokens": {  # the whole conversation once, as if the API kept state
+        "request_prompt_tokens": lambda tok, m: [
+            len(
+                tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=True)[
+                    "input_ids"
+                ]
+            )
+        ]
     },
-    "00.new_text": {"new_text": lambda tok, p, o: tok.decode(o, skip_special_tokens=True)},
-    "00.decode_prediction": {"predicted_tokens_per_s": 1e6},
+    "00.stream_deltas": {  # each token decoded on its own: half characters reach the client
+        "stream_deltas": lambda tok, p, o: [tok.decode([t], skip_special_tokens=True) for t in o[len(p) :]]
+    },
+    "00.decode_prediction": {"predicted_tokens_per_s": _all_weights_tokens_per_s},
     "01.kv_bytes_per_token": {"kv_bytes_per_token": lambda L, H, D, B: L * H * D * B},
     "01.vllm_capacity": {
         "vllm_capacity": lambda kv, t, b, m: (None if kv // (b * t) < -(-m // b) else (kv // t, kv // t / m))
@@ -236,7 +267,18 @@ def _forbidden_cases():
             calc.prefill_ttft_s,
             lambda n, p, t, m, tp, pp: calc.prefill_ttft_s(n, p, t, m, tp),
         ),
-        "00.decode_prediction": ("predicted_tokens_per_s", calc.batch1_decode_tokens_per_s, None),
+        "00.decode_prediction": (
+            "predicted_tokens_per_s",
+            calc.batch1_decode_tokens_per_s,
+            lambda cfg, bw, b: bw
+            / (
+                b
+                * (
+                    ModelSpec.from_hf_config(cfg).non_embedding_params
+                    + cfg["vocab_size"] * cfg["hidden_size"]
+                )
+            ),
+        ),
     }
 
 
@@ -270,7 +312,7 @@ def test_question_sets():
     assert set(LAB00) == {
         "00.queries_per_kv_head",
         "00.count_chat_tokens",
-        "00.new_text",
+        "00.stream_deltas",
         "00.decode_prediction",
     }
     for lab in ("00", "01"):
@@ -353,20 +395,63 @@ def test_notebooks_import_no_reference():
 
 
 def test_ttft_counts_the_parameters_a_token_goes_through():
-    """The embedding is a lookup: a TTFT from every parameter is wrong for the scenario."""
+    """The embedding is a lookup: a TTFT from every parameter is wrong for the scenarios."""
     seed = 5
     answers = _answers("01.prefill_ttft", seed)
-    s = lab_scenario("01", seed)
     from lab_utils.memory import GPUS, ModelSpec
 
-    spec, gpu = ModelSpec(**s["model"]), GPUS[s["gpu"]]
-    fn = answers["prefill_ttft_s"]
-    simple = {
-        **answers,
-        "scenario_ttft_s": fn(
+    def simple_ttft(s):
+        spec, gpu = ModelSpec(**s["model"]), GPUS[s["gpu"]]
+        return prefill_ttft_s(
             spec.num_params, s["prompt_tokens"], gpu.bf16_tflops, s["mfu"], *s["ttft_parallel"]
-        ),
-    }
+        )
+
     q = get("01.prefill_ttft")
     assert score_graded(q, answers, seed).earned == q.points
-    assert score_graded(q, simple, seed).earned == 0
+    assert score_graded(q, {**answers, "scenario_ttft_s": simple_ttft}, seed).earned < 0.8 * q.points
+
+
+def test_request_kv_bytes_must_know_sliding_windows_and_missing_fields():
+    q, good = get("01.kv_bytes_per_token"), lab01_answers(5)
+    assert score_graded(q, {**good, "request_kv_bytes": _windows_ignored}, 5).earned == 0
+
+    def head_dim_always_derived(config, n, b):
+        return request_kv_bytes({k: v for k, v in config.items() if k != "head_dim"}, n, b)
+
+    assert score_graded(q, {**good, "request_kv_bytes": head_dim_always_derived}, 5).earned < 0.9 * q.points
+
+    def window_on_every_layer(config, n, b):  # the Qwen2 trap: a window in the config, switched off
+        if "sliding_window" in config and "layer_types" not in config:
+            config = {**config, "layer_types": ["sliding_attention"] * config["num_hidden_layers"]}
+        return request_kv_bytes(config, n, b)
+
+    assert score_graded(q, {**good, "request_kv_bytes": window_on_every_layer}, 5).earned < q.points
+
+
+def test_scenario_answers_typed_in_or_copied_score_little():
+    """A scenario answer that ignores its argument (the notebook's own value, typed in) fails the
+    grader's scenarios; a prediction copied from vLLM's log of this run does too."""
+    seed = 5
+    good = lab01_answers(seed)
+    s = lab_scenario("01", seed)
+    typed = {
+        "scenario_plan": lambda _s, v=scenario_plan(s): v,
+        "scenario_spec_speedup": lambda _s, v=scenario_spec_speedup(s): v,
+        "scenario_ttft_s": lambda _s, v=scenario_ttft_s(s): v,
+        "predicted_vllm": lambda _s, v=predicted_vllm(s["vllm"]): v,
+    }
+    for qid, name in (
+        ("01.parallel_plan", "scenario_plan"),
+        ("01.spec_decode", "scenario_spec_speedup"),
+        ("01.prefill_ttft", "scenario_ttft_s"),
+        ("01.vllm_capacity", "predicted_vllm"),
+    ):
+        q = get(qid)
+        r = score_graded(q, {**good, name: typed[name]}, seed)
+        assert r.earned < 0.5 * q.points, (qid, r)
+
+    # the scenario's GPU fixed instead of read from the argument
+    def fixed_gpu(sc):
+        return scenario_ttft_s({**sc, "gpu": s["gpu"]})
+
+    assert score_graded(get("01.prefill_ttft"), {**good, "scenario_ttft_s": fixed_gpu}, seed).earned < 2

@@ -50,8 +50,12 @@ def predicted_prefix_hits(shared, n, block_size):
     return (n - 1) * (shared // block_size) * block_size
 
 
+def predicted_blocks_saved(scenario):
+    bs, system = scenario["block_size"], scenario["system_prompt_tokens"]
+    return sum(min(system // bs, (system + n - 1) // bs) for n in scenario["user_tokens"][1:])
+
+
 def lab02_answers(seed: int) -> dict:
-    s = lab_scenario("02", seed)
     return {
         "contiguous_waste": contiguous_waste,
         "MyKVCacheManager": MyKVCacheManager,
@@ -59,8 +63,7 @@ def lab02_answers(seed: int) -> dict:
         "cached_prefix_blocks": cached_prefix_blocks,
         "max_concurrent": max_concurrent,
         "predicted_prefix_hits": predicted_prefix_hits,
-        "PREDICTED_BLOCKS_SAVED": (len(s["user_tokens"]) - 1)
-        * (s["system_prompt_tokens"] // s["block_size"]),
+        "predicted_blocks_saved": predicted_blocks_saved,
     }
 
 
@@ -293,10 +296,21 @@ def test_wrong_but_plausible_answers_fail():
     assert _graded("02.prefix_lookup", {"cached_prefix_blocks": unchained}).earned < 3
 
     # every user saves the whole system prompt, partial block included
-    s = lab_scenario("02", SEEDS[0])
-    wrong = (len(s["user_tokens"]) - 1) * -(-s["system_prompt_tokens"] // s["block_size"])
-    if s["system_prompt_tokens"] % s["block_size"]:
-        assert _graded("02.prefix_saving", {"PREDICTED_BLOCKS_SAVED": wrong}).earned == 0
+    def whole_prompt(s):
+        return (len(s["user_tokens"]) - 1) * -(-s["system_prompt_tokens"] // s["block_size"])
+
+    assert _graded("02.prefix_saving", {"predicted_blocks_saved": whole_prompt}).earned < 1
+
+    # every later user saves every full block: forgets that the last token's block is never cached
+    def full_blocks(s):
+        return (len(s["user_tokens"]) - 1) * (s["system_prompt_tokens"] // s["block_size"])
+
+    assert _graded("02.prefix_saving", {"predicted_blocks_saved": full_blocks}).earned < 2
+    # the measurement of the notebook's own scenario, copied into the prediction
+    from grader.hidden.lab02 import blocks_saved
+
+    measured = blocks_saved(lab_scenario("02", SEEDS[0]))
+    assert _graded("02.prefix_saving", {"predicted_blocks_saved": lambda s: measured}).earned < 0.5
 
     # padding rows treated as free: the "no queue" gain of 1x
     assert _graded("03.predict_gain", {"predicted_no_queue_gain": lambda s: 1.0}, SEEDS[0]).earned < 0.5
@@ -405,6 +419,23 @@ def test_reference_kv_manager_and_helpers_score_zero():
     assert _graded("02.contiguous_waste", {"contiguous_waste": never_used_fraction}).earned == 0
     wrapped = {"max_concurrent": lambda *a: tuple(max_concurrent_requests(*a).values())}
     assert _graded("02.max_concurrent", wrapped).earned == 0
+
+    def measure_instead(scenario):  # the notebook's measurement (the course's block pool) as the prediction
+        from lab_utils.kv import KVCacheManager, Request
+
+        used = []
+        system = list(range(1000, 1000 + scenario["system_prompt_tokens"]))
+        for caching in (False, True):
+            kv = KVCacheManager(num_blocks=4096, block_size=scenario["block_size"], enable_caching=caching)
+            for i, n in enumerate(scenario["user_tokens"]):
+                req = Request(f"u{i}", system + [10_000 * (i + 1) + t for t in range(n)])
+                hits, cached = kv.get_computed_blocks(req)
+                kv.allocate_slots(req, req.num_tokens - cached, hits)
+            used.append(kv.num_blocks - kv.num_free_blocks)
+        return used[0] - used[1]
+
+    r = _graded("02.prefix_saving", {"predicted_blocks_saved": measure_instead})
+    assert r.earned == 0 and r.status == "uses the reference", r
 
 
 def test_none_answers_score_zero():

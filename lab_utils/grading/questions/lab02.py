@@ -28,7 +28,8 @@ def _(rng):
     return {
         "block_size": block_size,
         "system_prompt_tokens": rng.randint(2 * block_size, 6 * block_size),
-        "user_tokens": [rng.randint(1, 2 * block_size) for _ in range(num_users)],
+        # a user may send nothing after the system prompt (0 tokens: a client that opens a session)
+        "user_tokens": [rng.choice([0, rng.randint(1, 2 * block_size)]) for _ in range(num_users)],
         "prompt_len": rng.randint(20, 300),
         "output_len": rng.randint(10, 200),
         "max_tokens": rng.choice([256, 512, 1024, 2048]),
@@ -231,13 +232,23 @@ def _(max_concurrent):
 # --- 02.prefix_saving (predict, then measure) ------------------------------------------------------
 
 
-@question("02.prefix_saving", points=2, answers=["PREDICTED_BLOCKS_SAVED"], predict=True)
-def _(PREDICTED_BLOCKS_SAVED):
-    """Predict the KV blocks prefix caching saves for the scenario's users (graded exactly: it is a count)."""
-    got = float(PREDICTED_BLOCKS_SAVED)
-    assert math.isfinite(got) and got == int(got) and got >= 0, (
-        "a number of blocks: a whole number, not negative"
+@question(
+    "02.prefix_saving",
+    points=2,
+    answers=["predicted_blocks_saved"],
+    predict=True,
+    forbid=[_KV, _POOL],
+)
+def _(predicted_blocks_saved):
+    """predicted_blocks_saved(scenario): KV blocks prefix caching saves when all the users run at once."""
+    one = {"block_size": 4, "system_prompt_tokens": 9, "user_tokens": [3]}
+    got = float(predicted_blocks_saved(dict(one)))
+    assert math.isfinite(got) and got == int(got) and got == 0, (
+        "a single user has nobody to share the system prompt with"
     )
+    two = {"block_size": 4, "system_prompt_tokens": 9, "user_tokens": [3, 5, 2]}
+    more = float(predicted_blocks_saved(dict(two)))
+    assert more == int(more) and more > 0, "a whole number of blocks, and later users share something"
 
 
 # --- 02.vllm_hits ----------------------------------------------------------------------------------
