@@ -50,6 +50,31 @@ def predicted_prefix_hits(shared, n, block_size):
     return (n - 1) * (shared // block_size) * block_size
 
 
+_PREFIX_NAMES = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
+
+
+def _counters(text, match):
+    total = dict.fromkeys(_PREFIX_NAMES, 0.0)
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            for name in _PREFIX_NAMES:
+                if match(line, name):
+                    total[name] += float(line.rsplit(None, 1)[-1])
+    return total
+
+
+def _delta(match):
+    def delta(before, after):
+        b, a = _counters(before, match), _counters(after, match)
+        return tuple(a[n] - b[n] for n in _PREFIX_NAMES)
+
+    return delta
+
+
+prefix_cache_delta = _delta(lambda line, name: line.split("{", 1)[0].split()[0] == name)
+
+
 def predicted_blocks_saved(scenario):
     bs, system = scenario["block_size"], scenario["system_prompt_tokens"]
     return sum(min(system // bs, (system + n - 1) // bs) for n in scenario["user_tokens"][1:])
@@ -63,6 +88,7 @@ def lab02_answers(seed: int) -> dict:
         "cached_prefix_blocks": cached_prefix_blocks,
         "max_concurrent": max_concurrent,
         "predicted_prefix_hits": predicted_prefix_hits,
+        "prefix_cache_delta": prefix_cache_delta,
         "predicted_blocks_saved": predicted_blocks_saved,
     }
 
@@ -436,6 +462,26 @@ def test_reference_kv_manager_and_helpers_score_zero():
 
     r = _graded("02.prefix_saving", {"predicted_blocks_saved": measure_instead})
     assert r.earned == 0 and r.status == "uses the reference", r
+
+    def via_course_parser(before, after):
+        from lab_utils.kv.metrics import vllm_kv_metrics
+
+        b, a = vllm_kv_metrics(before), vllm_kv_metrics(after)
+        return tuple(a[n] - b[n] for n in _PREFIX_NAMES)
+
+    r = _graded("02.vllm_hits", {**lab02_answers(SEEDS[0]), "prefix_cache_delta": via_course_parser})
+    assert r.earned == 0 and r.status == "uses the reference", r
+
+
+def test_prefix_cache_delta_must_parse_the_page():
+    """Substring matches add the deprecated alias or neighbours; splitting on spaces breaks on labels."""
+    good = lab02_answers(SEEDS[0])
+    substring = _delta(lambda line, name: name.split(":")[1] in line)
+    split_on_space = _delta(
+        lambda line, name: line.split("{", 1)[0].split()[0] == name and line.count(" ") == 1
+    )
+    for wrong in (substring, split_on_space):
+        assert _graded("02.vllm_hits", {**good, "prefix_cache_delta": wrong}).earned < 1.9
 
 
 def test_none_answers_score_zero():

@@ -311,9 +311,79 @@ def _hits_by_manager(shared: int, num_requests: int, block_size: int) -> int:
     return kv.prefix_cache_hits
 
 
+_HITS, _QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
+
+
+def _value(rng, v: float) -> str:
+    return rng.choice([f"{v:.1f}", f"{v:e}", repr(v)])
+
+
+def _scrape(rng, counters: dict, created: float, model: str, alias: bool) -> str:
+    """A /metrics page as vLLM's prometheus_client writes it: HELP/TYPE lines, one sample per engine
+    and model, a `_created` timestamp beside each counter, and neighbours with similar names."""
+    lines = []
+    for name in (_HITS, _QUERIES):
+        base = name[: -len("_total")]
+        lines += [f"# HELP {name} tokens", f"# TYPE {name} counter"]
+        for engine, value in counters[name].items():
+            labels = f'engine="{engine}",model_name="{model}"'
+            lines.append(f"{name}{{{labels}}} {_value(rng, value)}")
+            lines.append(f"{base}_created{{{labels}}} {created}")
+        if alias:  # the counter's deprecated old name, beside it (the same count: not to be added)
+            lines.append(
+                f'vllm:gpu_{name[5:]}{{model_name="{model}"}} {_value(rng, sum(counters[name].values()))}'
+            )
+    lines += [
+        "# TYPE vllm:num_requests_running gauge",
+        f'vllm:num_requests_running{{engine="0",model_name="{model}"}} {rng.randint(0, 4)}.0',
+        f"vllm:mm_cache_hits_total {rng.randint(0, 99)}.0",
+    ]
+    head = lines[:2]
+    rest = lines[2:]
+    rng.shuffle(rest)
+    return "\n".join(head + rest) + "\n"
+
+
+def _scrape_pair(rng):
+    engines = rng.choice([["0"], ["0"], ["0", "1"]])
+    model = rng.choice(["m", "HuggingFaceTB/SmolLM2-135M-Instruct", "my model {v2}"])
+    before = {n: {e: float(rng.randint(0, 50_000)) for e in engines} for n in (_HITS, _QUERIES)}
+    for e in engines:
+        before[_HITS][e] = min(before[_HITS][e], before[_QUERIES][e])
+    after = {n: dict(v) for n, v in before.items()}
+    for e in engines:
+        q = rng.choice([0, rng.randint(1, 5000)])
+        after[_QUERIES][e] += q
+        after[_HITS][e] += rng.randint(0, q)
+    created, alias = round(rng.uniform(1.7e9, 1.8e9), 3), rng.random() < 0.5
+    want = tuple(sum(after[n].values()) - sum(before[n].values()) for n in (_HITS, _QUERIES))
+    return _scrape(rng, before, created, model, alias), _scrape(rng, after, created, model, alias), want
+
+
+def _hits_by_manager(shared: int, num_requests: int, block_size: int) -> int:
+    from lab_utils.kv import KVCacheManager, Request
+
+    kv = KVCacheManager(num_blocks=4096, block_size=block_size)
+    for i in range(num_requests):  # one after the other: each finishes before the next arrives
+        req = Request(f"q{i}", list(range(shared)) + [50_000 + 97 * i + t for t in range(block_size + 3)])
+        hits, cached = kv.get_computed_blocks(req)
+        kv.allocate_slots(req, req.num_tokens - cached, hits)
+        kv.free(req)
+    return kv.prefix_cache_hits
+
+
 @hidden("02.vllm_hits")
-def _(predicted_prefix_hits, rng, scenario):
+def _(predicted_prefix_hits, prefix_cache_delta, rng, scenario):
     cases = [(scenario["system_prompt_tokens"], len(scenario["user_tokens"]), scenario["block_size"])]
     cases += [(rng.randint(0, 700), rng.randint(1, 9), rng.choice([4, 16, 128])) for _ in range(12)]
     passed = sum(int(predicted_prefix_hits(*c)) == _hits_by_manager(*c) for c in cases)
-    return _fraction(passed, len(cases), "cases")
+    total = len(cases)
+    for _ in range(12):
+        before, after, want = _scrape_pair(rng)
+        try:
+            got = tuple(float(x) for x in prefix_cache_delta(before, after))
+        except (TypeError, ValueError):
+            got = ()
+        passed += got == want
+        total += 1
+    return _fraction(passed, total, "prefix-sharing cases and pairs of scrapes")

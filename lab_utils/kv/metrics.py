@@ -53,3 +53,8 @@ def vllm_kv_metrics(source: str) -> dict[str, float]:
         text = httpx.get(source.rstrip("/") + "/metrics", timeout=10).text
     values = parse_prometheus(text)
     return {name: values.get(name, 0.0) for name in KV_METRICS}
+
+
+def kv_cache_usage(source: str) -> float:
+    """The fraction of KV blocks in use (vLLM's `vllm:kv_cache_usage_perc`, a fraction despite its name)."""
+    return vllm_kv_metrics(source)["vllm:kv_cache_usage_perc"]

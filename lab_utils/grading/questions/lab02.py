@@ -254,8 +254,30 @@ def _(predicted_blocks_saved):
 # --- 02.vllm_hits ----------------------------------------------------------------------------------
 
 
-@question("02.vllm_hits", points=1, answers=["predicted_prefix_hits"])
-def _(predicted_prefix_hits):
-    """Prefix-cache hit tokens vLLM should report for N requests sharing a prefix, sent one by one."""
+_PROM = [
+    "lab_utils.kv.metrics:parse_prometheus",
+    "lab_utils.kv.metrics:vllm_kv_metrics",
+    "lab_utils.clients.metrics:parse_prometheus",
+    "lab_utils.clients.metrics:metric_value",
+]
+
+_BEFORE = """# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 256.0
+# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1000.0
+"""
+
+
+@question("02.vllm_hits", points=2, answers=["predicted_prefix_hits", "prefix_cache_delta"], forbid=_PROM)
+def _(predicted_prefix_hits, prefix_cache_delta):
+    """Prefix-cache hit tokens vLLM should report for N requests sharing a prefix, sent one by one; and
+    prefix_cache_delta(before, after): (hit tokens, queried tokens) between two /metrics scrapes."""
     assert int(predicted_prefix_hits(300, 1, 128)) == 0, "a single request has nobody to share with"
     assert int(predicted_prefix_hits(100, 5, 128)) == 0, "what is the smallest unit a prefix cache reuses?"
+    same = [float(x) for x in prefix_cache_delta(_BEFORE, _BEFORE)]
+    assert same == [0.0, 0.0], "(hits, queries): nothing happened between two equal scrapes"
+    after = _BEFORE.replace("256.0", "512.0").replace("1000.0", "1600.0")
+    hits, queries = (float(x) for x in prefix_cache_delta(_BEFORE, after))
+    assert 0 < hits <= queries, "counters only grow, and a hit is a queried token that was found"
