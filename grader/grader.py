@@ -496,7 +496,7 @@ class Grader:
             box.writable[str(job_out)] = INSIDE_OUT
         return box
 
-    def _env(self, home: str, results: str, key: str = "") -> dict:
+    def _env(self, home: str, results: str) -> dict:
         """The minimal environment of learner code: no instructor variables, keys or arguments."""
         env = {
             "PATH": os.pathsep.join([_venv_bin(), "/usr/local/bin", "/usr/bin", "/bin"]),
@@ -525,8 +525,6 @@ class Grader:
         ):
             if name in os.environ:
                 env[name] = os.environ[name]
-        if key:  # measured answers are stamped with this run's own key (provenance.py)
-            env["LAB_PROVENANCE_KEY"] = key
         return env
 
     def _inside(self, host: Path, inside: str) -> str:
@@ -572,9 +570,6 @@ class Grader:
 
             names = sorted({n for q in qs for n in q.answers} | self._hidden_names(job.lab))
             seed = job_seed(self.seed, job.student, job.lab)
-            import secrets
-
-            key = secrets.token_hex(16)
             _apply_parameters(nb, {**self.parameters, "SEED": seed})
             # predictions are fixed where their check cell stands (names only predictions read)
             others = {n for q in qs if not q.predict for n in q.answers}
@@ -611,7 +606,7 @@ class Grader:
                 ],
                 timeout=timeout,
                 memory_mb=memory_mb,
-                env=self._env(home, self._inside(work / "results.json", f"{INSIDE_WORK}/results.json"), key),
+                env=self._env(home, self._inside(work / "results.json", f"{INSIDE_WORK}/results.json")),
                 cwd=work,
                 log=work / "execute.log",
                 sandbox=self._sandbox(job_in, job_out),
@@ -623,13 +618,11 @@ class Grader:
                     code, killed, job_out / "status.json", timeout, memory_mb, self.disk_mb
                 )
             # the learner's code has finished running; from here it is only called, one question at a time
-            results = [
-                r.to_dict() for r in judge_lab(job.lab, self._context(job, work, answers_dir, seed, key))
-            ]
+            results = [r.to_dict() for r in judge_lab(job.lab, self._context(job, work, answers_dir, seed))]
             for r in results:  # a reference pasted in under the answer's name scores zero
                 if r["id"] in pasted.zeroed:
                     r.update(earned=0.0, status=REFERENCE, message=pasted.zeroed[r["id"]])
-            hidden = self._hidden(job.lab, answers_dir, work, key)
+            hidden = self._hidden(job.lab, answers_dir, work)
             for r in results:
                 outcome.scores[r["id"]] = float(r["earned"])
             for h in hidden:
@@ -649,7 +642,7 @@ class Grader:
             outcome.seconds = round(time.monotonic() - t0, 1)
             shutil.rmtree(work, ignore_errors=True)
 
-    def _context(self, job: Job, work: Path, answers_dir: Path, seed: int, key: str) -> Context:
+    def _context(self, job: Job, work: Path, answers_dir: Path, seed: int) -> Context:
         try:
             scen = lab_scenario(job.lab, seed)
         except KeyError:
@@ -663,11 +656,8 @@ class Grader:
             scenario=scen,
             sandbox=lambda: self._sandbox(None, None),
             python=self.python,
-            env=self._env(
-                runner_home, self._inside(work / "results.json", f"{INSIDE_WORK}/results.json"), key
-            ),
+            env=self._env(runner_home, self._inside(work / "results.json", f"{INSIDE_WORK}/results.json")),
             per_question=self.check_timeout,
-            provenance_key=key,
         )
 
     def judge_saved(
@@ -679,7 +669,7 @@ class Grader:
         try:
             (work / "home").mkdir()
             s = job_seed(self.seed, student, lab) if seed is None else seed
-            results = judge_lab(lab, self._context(Job(student, lab, answers_dir), work, answers_dir, s, ""))
+            results = judge_lab(lab, self._context(Job(student, lab, answers_dir), work, answers_dir, s))
             if notebook is not None:
                 pasted = pasted_references(notebook, questions_for(lab))
                 for r in results:
@@ -705,7 +695,7 @@ class Grader:
             names |= set(re.findall(r"answers\[\s*['\"](\w+)['\"]\s*\]", f.read_text()))
         return names
 
-    def _hidden(self, lab: str, answers_dir: Path, work: Path, key: str = "") -> list[dict]:
+    def _hidden(self, lab: str, answers_dir: Path, work: Path) -> list[dict]:
         """The instructor's pytest hidden tests, run here (outside the sandbox) against the answers,
         which stay in a sandboxed runner (grader.hidden_tests)."""
         files = self._hidden_files(lab)
@@ -720,7 +710,7 @@ class Grader:
         config = {
             "answers": str(answers_dir),
             "python": self.python,
-            "env": self._env(self._inside(work / "home", f"{INSIDE_WORK}/home"), "/dev/null", key),
+            "env": self._env(self._inside(work / "home", f"{INSIDE_WORK}/home"), "/dev/null"),
             "sandbox": None if box is None else dataclasses.asdict(box),
             "log": str(work / "hidden-runner.log"),
             "timeout": self.check_timeout,

@@ -1,9 +1,9 @@
 """Build a "memorised" submission from a solution run, to prove the grade certifies work.
 
 A memorised submission is what a learner who transcribes rather than computes would hand in: every
-value answer typed in from a run of the solution under one seed, every measured object re-typed as
-a plain dict, and every answer function replaced by a lookup table of the inputs and outputs the
-public checks used. CI grades it under another seed and requires at most a quarter of the points
+value typed in from a run of the solution under one seed, every measured object re-typed as a plain
+dict, and every answer function replaced by a lookup table of the inputs and outputs the public
+checks used. CI grades it under another seed and requires at most a tenth of the points
 (`tests/test_notebooks.py`); an author can run it on a new lab's questions the same way:
 
     answers = memorised_answers("05", load_answers(folder)[0])
@@ -51,13 +51,13 @@ def _lookup(name: str, table: dict):
 
 
 def _typed_in(value):
-    """A value as a learner would type it in: plain data, no stamps, no live objects."""
+    """A value as a learner would type it in: plain data, no live objects."""
     if isinstance(value, (bool, int, float, str)) or value is None:
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
     if isinstance(value, dict):
-        return {k: _typed_in(v) for k, v in value.items() if k != "provenance"}
+        return {k: _typed_in(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return (
             type(value)(_typed_in(v) for v in value)

@@ -5,7 +5,7 @@ bandwidth of the device the weights sit in, divided by the bytes of the weights.
 figures (a GPU's HBM, a server's DDR channels) are peaks; this module measures what torch really
 reads here, so lab 00 can build its bound on a figure from the same run.
 
-    bw = measure_read_bandwidth()          # stamped: the grader re-derives the figure from it
+    bw = measure_read_bandwidth()          # raw timings of every pass
     bw.bytes_per_s                         # best of the repeats, bytes per second
 """
 
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-
-from .grading.provenance import stamp
 
 
 @dataclass
@@ -25,7 +23,6 @@ class ReadBandwidth:
     seconds: list[float]  # wall time of each timed pass
     device: str  # "cpu" or "cuda"
     threads: int  # torch intra-op threads during the passes
-    provenance: str = ""  # set by stamp(): proof the figures came from this run
 
     def raw_samples(self) -> dict:
         return {
@@ -78,7 +75,7 @@ def measure_read_bandwidth(megabytes: int = 256, repeats: int = 7, device: str =
         threads=torch.get_num_threads(),
     )
     del x
-    return stamp(result)
+    return result
 
 
 def machine_line() -> str:

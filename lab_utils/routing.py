@@ -10,8 +10,8 @@ already holds that tenant's system prompt:
 
 `measure_policy` reads `vllm:prefix_cache_hits_total` and `vllm:prefix_cache_queries_total`
 (tokens) on every replica before and after the run; the difference is what this run did. The
-result is stamped (lab_utils.grading.provenance) and keeps its raw samples, so a grader can
-re-derive every figure.
+result keeps its raw samples (counters before and after, every request's record), from which the
+lab's analysis functions derive every figure.
 
 Requests carry their tenant in the `X-Tenant-ID` header, which the router's `consistent_hash`
 policy uses as its key (after X-Session-ID and X-User-ID); `cache_aware` ignores it and matches
@@ -108,7 +108,6 @@ class RoutingRun:
     before: list[list[float]]
     after: list[list[float]]
     settings: dict = field(default_factory=dict)
-    provenance: str | None = None
 
     def raw_samples(self) -> dict:
         return {
@@ -259,10 +258,8 @@ def measure_policy(
     `router` has `.base_url` and `.policy`; `replicas` are the vLLM servers behind it (their `.url`
     and `.model_name`). With `tokenizer`, requests go to /v1/completions as token ids (see the
     module docstring: the router's cache_aware policy needs them); without, as streaming chat.
-    Returns a stamped RoutingRun.
+    Returns a RoutingRun.
     """
-    from .grading.provenance import stamp
-
     model = model or replicas[0].model_name
     before = [list(prefix_cache_counters(r.url)) for r in replicas]
     load = _run(
@@ -283,8 +280,7 @@ def measure_policy(
             "token_ids": tokenizer is not None,
         },
     )
-    stamp(load)
-    return stamp(run)
+    return run
 
 
 def cacheable_prefix_tokens(workload: Sequence[TenantRequest], tokenizer, block_size: int = 128) -> int:

@@ -57,10 +57,47 @@ def test_lab_ends_with_what_you_measured(path):
     )
 
 
+def _parsed_cells(path: Path):
+    for cell in _code(path):
+        source = "\n".join(
+            line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!"))
+        )
+        try:
+            yield ast.parse(source)
+        except SyntaxError:
+            continue
+
+
 @pytest.mark.parametrize("path", SOLUTIONS, ids=IDS)
-def test_no_forbidden_reference_is_imported(path):
-    forbidden = {spec for q in questions_for(path.name[:2]) for spec in q.forbid}
+def test_no_answer_is_or_uses_a_reference_its_question_forbids(path):
+    """An answer's own definition never names a reference its question forbids, and no answer is
+    bound by an import. (The notebook may import a reference to *measure* after a prediction: when
+    the judge calls the prediction, the sandbox has replaced it by a stub that raises.)"""
     found = []
+    own = {name for name, kind in _top_level_definitions(path).items() if kind in ("def", "class")}
+    for q in questions_for(path.name[:2]):
+        banned = {spec.partition(":")[2].split(".")[-1] for spec in q.forbid}
+        banned |= {spec.partition(":")[2].split(".")[0] for spec in q.forbid}
+        banned -= own  # the learner's own function of the same name (answer_drill calls spec_speedup)
+        for tree in _parsed_cells(path):
+            for node in tree.body:
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    bound = {(a.asname or a.name).split(".")[0] for a in node.names}
+                    found += [f"{q.id}: {name} is imported" for name in bound & set(q.answers)]
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    continue
+                if node.name not in q.answers:
+                    continue
+                for sub in ast.walk(node):
+                    name = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else None
+                    if name in banned:
+                        found.append(f"{q.id}: {node.name} uses {name}")
+    assert not found, f"answers that are or call a forbidden reference: {sorted(set(found))}"
+
+def _top_level_definitions(path: Path) -> dict[str, str]:
+    """name -> "def", "class" or "value", for every top-level binding in the notebook's code cells
+    (the last binding of a name wins, as it would when the cells run in order)."""
+    kinds: dict[str, str] = {}
     for cell in _code(path):
         source = "\n".join(
             line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!"))
@@ -69,16 +106,29 @@ def test_no_forbidden_reference_is_imported(path):
             tree = ast.parse(source)
         except SyntaxError:
             continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                for alias in node.names:
-                    if f"{node.module}:{alias.name}" in forbidden:
-                        found.append(f"from {node.module} import {alias.name}")
-    for spec in forbidden:
-        module, _, attr = spec.partition(":")
-        if any(
-            re.search(rf"\b{re.escape(module.rsplit('.', 1)[-1])}\.{re.escape(attr)}\b", c.source)
-            for c in _code(path)
-        ):
-            found.append(spec)
-    assert not found, f"the notebook reaches references its questions forbid: {found}"
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                kinds[node.name] = "def"
+            elif isinstance(node, ast.ClassDef):
+                kinds[node.name] = "class"
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    for name in ast.walk(target):
+                        if isinstance(name, ast.Name):
+                            kinds[name.id] = "value"
+    return kinds
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=IDS)
+def test_every_graded_answer_is_a_function_or_a_class(path):
+    kinds = _top_level_definitions(path)
+    values = {
+        q.id: [a for a in q.answers if kinds.get(a) not in ("def", "class")]
+        for q in questions_for(path.name[:2])
+    }
+    values = {qid: names for qid, names in values.items() if names}
+    assert not values, (
+        "every graded answer is a function or class the judge calls on hidden cases "
+        f"(a figure becomes a function of the scenario); these are values: {values}"
+    )

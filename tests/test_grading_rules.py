@@ -1,9 +1,8 @@
-"""The grading core's rules on a toy lab: seeds, hidden checks, forbidden references, provenance,
+"""The grading core's rules on a toy lab: seeds, hidden checks, forbidden references,
 the memorised submission, the instructor's seed. Quick: no notebook runs."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import pytest
@@ -13,7 +12,7 @@ from grader.grader import instructor_seed, job_seed
 from grader.judge import score_graded
 from grader.memorise import memorised_answers
 from grader.registry import hidden
-from lab_utils.grading import provenance, registry
+from lab_utils.grading import registry
 from lab_utils.grading.registry import get, lab_scenario, question, scenario
 from lab_utils.grading.scoring import CORRECT, NOT_ANSWERED, REFERENCE, WRONG, score
 
@@ -116,24 +115,6 @@ def test_none_and_missing_answers_score_zero():
 def test_wrong_answers_say_so_without_the_answer():
     result = score_graded(get(f"{LAB}.area"), {"area": lambda w, h: w + h}, 3)
     assert result.status == WRONG and "*" not in result.message
-
-
-@dataclasses.dataclass
-class _Measured:
-    samples: list
-
-
-def test_provenance_rejects_hand_written_and_edited_measurements(monkeypatch):
-    monkeypatch.setenv(provenance.ENV, "run-key-1")
-    real = provenance.stamp(_Measured([0.1, 0.2, 0.3]))
-    assert provenance.verify(real)
-    assert not provenance.verify(_Measured([0.1, 0.2, 0.3]))  # typed in: no stamp
-    assert not provenance.verify({"samples": [0.1, 0.2, 0.3], "provenance": "0" * 64})
-    real.samples[0] = 0.0
-    assert not provenance.verify(real)  # edited after the run
-    good = provenance.stamp({"samples": [1, 2]})
-    monkeypatch.setenv(provenance.ENV, "another-run")
-    assert not provenance.verify(good)  # stamped under another run's key
 
 
 def test_memorised_submission_scores_nothing_here():

@@ -187,7 +187,6 @@ class Sweep:
     cpu_times: list[float] = field(default_factory=list)
     cpu_percent: list[float] = field(default_factory=list)
     metric_errors: list[str] = field(default_factory=list)  # scrapes that failed (a gap in the series)
-    provenance: str | None = None
 
     def raw_samples(self) -> dict:
         """Everything measured, as plain data (what a grader re-derives figures from)."""
@@ -204,7 +203,7 @@ class Sweep:
 
     @classmethod
     def from_raw(cls, raw: dict) -> Sweep:
-        """Rebuild a sweep (unstamped) from `raw_samples()`."""
+        """Rebuild a sweep from `raw_samples()`."""
         return cls(
             raw["kind"],
             list(raw["levels"]),
@@ -252,7 +251,6 @@ def run_sweep(
     `output_lens` gives each request its own length instead (a length mix, reused in turn).
     """
     from lab_utils.clients.metrics import MetricsSampler
-    from lab_utils.grading.provenance import stamp
 
     if kind not in ("open", "closed"):
         raise ValueError(f"kind must be 'open' or 'closed', got {kind!r}")
@@ -281,17 +279,15 @@ def run_sweep(
                     **kw,
                 )
             )
-    return stamp(
-        Sweep(
-            kind,
-            [float(x) for x in levels],
-            runs,
-            list(ms.times),
-            [dict(r) for r in ms.rows],
-            list(cpu.times),
-            list(cpu.percent),
-            list(ms.errors),
-        )
+    return Sweep(
+        kind,
+        [float(x) for x in levels],
+        runs,
+        list(ms.times),
+        [dict(r) for r in ms.rows],
+        list(cpu.times),
+        list(cpu.percent),
+        list(ms.errors),
     )
 
 

@@ -184,8 +184,6 @@ class LoadResult:
     summary: LoadSummary
     started_at: float  # time.time() when the run started, to line up with a MetricsSampler
     settings: dict
-    # lab_utils.grading.provenance stamp: run_load produced this object from these records
-    provenance: str | None = None
 
     def raw_samples(self) -> dict:
         """Every request's raw timings (what a grader re-derives the summary from)."""
@@ -455,9 +453,8 @@ async def run_load_async(
         "duration_s": duration,
         **({"output_lens": list(output_lens)} if output_lens is not None else {}),
     }
-    from lab_utils.grading.provenance import stamp
 
-    return stamp(LoadResult(records, summarize(records, duration), started_at, settings))
+    return LoadResult(records, summarize(records, duration), started_at, settings)
 
 
 def run_load(base_url: str, model: str, prompts: Sequence[str | list[dict]], **kwargs) -> LoadResult:

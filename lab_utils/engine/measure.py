@@ -1,10 +1,9 @@
-"""A measured engine run as one object the grader can check: `EngineRun` (from `LLMEngine.measure`).
+"""A measured engine run as one object of raw samples: `EngineRun` (from `LLMEngine.measure`).
 
 `measure` runs prompts through the engine like `generate` and keeps, for every step, what the
 scheduler planned (tokens per request, blocks each request held, preemptions) and how long the
-step took, plus every request's output token ids. The object is stamped with
-`lab_utils.grading.provenance.stamp`, so a figure derived from it (tokens/s, preemptions, blocks)
-can be re-derived by the grader from the same raw samples; a hand-written dict carries no stamp.
+step took, plus every request's output token ids. The lab's graded functions derive figures
+(tokens/s, preemptions, blocks) from these samples; the grader tests them on step logs of its own.
 """
 
 from __future__ import annotations
@@ -28,13 +27,10 @@ class EngineRun:
     # blocks {rid: blocks held after this step's allocation}, preempted [rid], num_free_blocks
     steps: list[dict] = field(default_factory=list)
     free_blocks_after: int = 0
-    provenance: str | None = None
 
     def raw_samples(self) -> dict:
-        """Everything measured, without the stamp (what the stamp signs)."""
-        d = asdict(self)
-        d.pop("provenance")
-        return d
+        """Everything measured, as plain data."""
+        return asdict(self)
 
     # -- figures derived from the raw samples -------------------------------------------------
     @property
@@ -68,6 +64,5 @@ class EngineRun:
     def __repr__(self) -> str:
         return (
             f"EngineRun({self.label!r}: {len(self.request_ids)} requests, {len(self.steps)} steps, "
-            f"{self.output_tokens} tokens in {self.wall_s:.2f} s, {self.num_preemptions} preemptions, "
-            f"{'stamped' if self.provenance else 'not stamped'})"
+            f"{self.output_tokens} tokens in {self.wall_s:.2f} s, {self.num_preemptions} preemptions)"
         )

@@ -57,19 +57,6 @@ def inside(fn, *args, **kwargs):
     return fn(*args, **kwargs)
 
 
-def measured(obj: Any, cls: type, what: str, made_by: str) -> Any:
-    """`obj` itself when it is a `cls` stamped by the lab's measuring code in this run, else a failure
-    that names the answer (`what`) and the call that makes it (`made_by`)."""
-    from lab_utils.grading.provenance import verify
-
-    if not isinstance(obj, cls) or not verify(obj):
-        raise AssertionError(
-            f"{what} must be the {cls.__name__} that {made_by} returned in this run, unchanged; "
-            "a typed-in or edited value cannot be checked"
-        )
-    return obj
-
-
 MODEL_FIELDS = (
     "name",
     "num_layers",

@@ -120,9 +120,6 @@ def encode(value: Any, to_handle: Callable[[Any], dict], depth: int = 0, plain_o
             f.name: encode(getattr(value, f.name), to_handle, depth + 1, plain_only)
             for f in dataclasses.fields(value)
         }
-        extra = getattr(value, "__dict__", {})
-        if "provenance" in extra and "provenance" not in fields:
-            fields["provenance"] = encode(extra["provenance"], to_handle, depth + 1, plain_only)
         return {"$t": "dc", "cls": _qualname(cls), "v": fields}
     return to_handle(value)
 
@@ -182,7 +179,7 @@ def decode(data: Any, from_tag: Callable[[dict], Any], depth: int = 0) -> Any:
         fields = data.get("v")
         if cls is None or not dataclasses.is_dataclass(cls) or not isinstance(fields, dict):
             raise WireError(f"not a course dataclass: {data.get('cls')!r}")
-        names = {f.name for f in dataclasses.fields(cls)} | {"provenance"}
+        names = {f.name for f in dataclasses.fields(cls)}
         obj = object.__new__(cls)
         for k, v in fields.items():
             if k not in names:

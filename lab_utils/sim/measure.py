@@ -4,8 +4,7 @@
     gain.ratio          # continuous / static output tokens per second
     gain.raw_samples()  # every request's (output_len, arrival, finish) under both policies
 
-The result is stamped (`lab_utils.grading.provenance.stamp`) by this function: a grader checks the
-stamp and re-derives the ratio from the raw samples, so the figure is the one this run measured.
+The lab's graded analysis reads the raw samples; the grader tests it on samples of its own.
 """
 
 from __future__ import annotations
@@ -56,8 +55,7 @@ def measure_batching_gain(
 ) -> BatchingGain:
     """Run `workload` with static batches of `batch_size` (padded rows compute, as in
     `transformers.generate`) and with continuous batching (`max_num_seqs=batch_size`, a budget
-    large enough for every prompt at once); return both runs' samples, stamped."""
-    from lab_utils.grading.provenance import stamp
+    large enough for every prompt at once); return both runs' samples."""
 
     budget = max(2048, batch_size, sum(w.prompt_len for w in workload))
     runs = {}
@@ -70,4 +68,4 @@ def measure_batching_gain(
             [float(r.output_len), float(r.arrival_time), float(r.finish_time)]
             for r in sorted(result.requests, key=lambda r: r.request_id)
         ]
-    return stamp(BatchingGain(int(batch_size), runs["static"], runs["continuous"]))
+    return BatchingGain(int(batch_size), runs["static"], runs["continuous"])

@@ -1,7 +1,7 @@
 """Lab 06's measuring code: TGI's admission on the simulator and on the stand-in router.
 
-Each function returns an object stamped with `lab_utils.grading.provenance.stamp`, whose raw
-samples the grader re-derives figures from.
+Each function returns its raw samples (per-step logs, per-request timings); the lab's graded
+analysis functions read them, and the grader tests those functions on samples of its own.
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ class LateArrival:
     max_waiting_tokens: int
     kinds: list[str]  # per step: "prefill" or "decode"
     waiting: list[int]  # per step: queue length when the step was planned
-    provenance: str = ""
     admitted: list[int] = field(default_factory=list)  # per step: requests it took from the queue
 
     @property
@@ -88,7 +87,6 @@ def late_arrival(
     output_len: int = 64,
 ) -> LateArrival:
     """Measure on the simulator how many decode steps a late request sits out under TGI's rules."""
-    from lab_utils.grading.provenance import stamp
     from lab_utils.sim import StepCostModel
     from lab_utils.sim.workload import WorkloadRequest
 
@@ -114,7 +112,7 @@ def late_arrival(
         [r.waiting for r in recs[: end + 1]],
         admitted=[r.admitted for r in recs[: end + 1]],
     )
-    return stamp(obj)
+    return obj
 
 
 @dataclass
@@ -126,7 +124,6 @@ class RouterRun:
     e2e_s: list[float]
     tokens: list[int]
     steps: list[dict] = field(default_factory=list)  # the router's per-step log during the run
-    provenance: str = ""
 
     def raw_samples(self) -> dict:
         return {
@@ -148,8 +145,6 @@ def run_burst(
 ) -> RouterRun:
     """Stream `prompts` concurrently to `url`/generate_stream; TTFT, TPOT, end-to-end, the batch log."""
     import httpx
-
-    from lab_utils.grading.provenance import stamp
 
     # The stand-in logs every step; the real TGI does not, so there the batch size is sampled
     # from its `tgi_batch_current_size` gauge every 50 ms while the burst runs.
@@ -206,7 +201,7 @@ def run_burst(
     if errors:
         raise RuntimeError("; ".join(errors))
     steps = httpx.get(url + "/stand-in/batches", timeout=30).json()["steps"][before:] if stand_in else sampled
-    return stamp(RouterRun(ttft, tpot, e2e, toks, steps))
+    return RouterRun(ttft, tpot, e2e, toks, steps)
 
 
 def ttft_by_prefill_budget(

@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..grading.provenance import stamp
-
 
 @dataclass
 class LoadResult:
@@ -105,14 +103,11 @@ class BatchCounts:
     def __sub__(self, earlier: BatchCounts) -> BatchCounts:
         sizes = {b: n - earlier.batch_sizes.get(b, 0) for b, n in self.batch_sizes.items()}
         kept = {b: n for b, n in sorted(sizes.items()) if n > 0}
-        # stamped: a difference of two real snapshots is a measurement of this run (provenance.py)
-        return stamp(
-            BatchCounts(
-                self.inference_count - earlier.inference_count,
-                self.execution_count - earlier.execution_count,
-                kept,
-                {b: self.compute_s.get(b, 0.0) - earlier.compute_s.get(b, 0.0) for b in kept},
-            )
+        return BatchCounts(
+            self.inference_count - earlier.inference_count,
+            self.execution_count - earlier.execution_count,
+            kept,
+            {b: self.compute_s.get(b, 0.0) - earlier.compute_s.get(b, 0.0) for b in kept},
         )
 
 
@@ -123,10 +118,8 @@ def batch_counts(stats: dict, model: str, version: str | None = None) -> BatchCo
             batches = sorted(entry.get("batch_stats", []), key=lambda b: int(b["batch_size"]))
             sizes = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in batches}
             compute = {int(b["batch_size"]): int(b["compute_infer"].get("ns", 0)) * 1e-9 for b in batches}
-            return stamp(
-                BatchCounts(
-                    int(entry.get("inference_count", 0)), int(entry.get("execution_count", 0)), sizes, compute
-                )
+            return BatchCounts(
+                int(entry.get("inference_count", 0)), int(entry.get("execution_count", 0)), sizes, compute
             )
     raise KeyError(f"no statistics for model {model!r} in this answer; is it loaded?")
 
