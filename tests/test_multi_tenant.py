@@ -146,3 +146,33 @@ def test_gateway_holds_a_tenant_to_its_rate_and_needs_a_key():
             assert 429 in codes["noisy"] and set(codes["calm"]) == {200}
             assert 'outcome="rate_limited"' in metrics
     assert not gw.is_running and not up.is_running
+
+
+_NUMPY_P90 = """
+import numpy as np
+
+
+def p90_by_class(records):
+    classes = sorted({r["priority"] for r in records})
+    return {c: float(np.percentile([r["ttft"] for r in records if r["priority"] == c], 90)) for c in classes}
+"""
+
+
+@pytest.mark.slow
+def test_a_p90_by_class_built_on_numpy_scores_zero_in_the_sandbox(tmp_path):
+    """12.p90_by_class asks for the interpolation, not for a call of numpy's: the judge's sandbox
+    replaces numpy.percentile by a stub that raises."""
+    from grader.grader import Grader
+    from grader.memorise import save_answers
+
+    ns = {"__name__": "__main__"}
+    exec(compile(_NUMPY_P90, "<notebook>", "exec"), ns)
+    records = [{"priority": 0, "ttft": 1.0}, {"priority": 1, "ttft": 2.0}, {"priority": 1, "ttft": 4.0}]
+    assert ns["p90_by_class"](records)[1] == pytest.approx(3.8)  # it works outside the sandbox
+    save_answers({"p90_by_class": ns["p90_by_class"]}, tmp_path / "answers")
+    grader = Grader(tmp_path / "out", seed=5, copies="off")
+    try:
+        results = {r.id: r for r in grader.judge_saved("12", tmp_path / "answers")}
+    finally:
+        grader.close()
+    assert results["12.p90_by_class"].earned == 0, results["12.p90_by_class"].message

@@ -107,7 +107,18 @@ def _(counter_rate):
     assert reset > 0, "a counter that drops was restarted: the drop is not negative traffic"
 
 
-@question("12.p90_by_class", points=2, answers=["p90_by_class"], forbid=["lab_utils.sim.priority:percentile"])
+@question(
+    "12.p90_by_class",
+    points=2,
+    answers=["p90_by_class"],
+    forbid=[
+        "lab_utils.sim.priority:percentile",
+        "lab_utils.mathutils:percentile",
+        "numpy:percentile",
+        "numpy:quantile",
+        "statistics:quantiles",
+    ],
+)
 def _(p90_by_class):
     """p90_by_class(records): {priority: p90 of ttft}, linear interpolation between sorted ranks."""
     got = p90_by_class(
