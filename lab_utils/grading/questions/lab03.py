@@ -75,9 +75,13 @@ _SIMULATORS = [
     "lab_utils.sim.metrics:sweep_load",
     "lab_utils.sim.measure:measure_batching_gain",
     "lab_utils.drills.measure:measure_batching_gain",
+    "lab_utils.drills.measure:measure_workload",
     "lab_utils.tgi.measure:vllm_sim",
     "lab_utils.tgi.measure:tgi_sim",
+    "lab_utils.tgi.measure:compare_tgi_vllm",
     "lab_utils.deploy.disagg:colocated",
+    "lab_utils.deploy.disagg:disaggregated",
+    "lab_utils.deploy.disagg:compare_pools",
     "lab_utils.viz.timeline:explorer_result",
 ]
 
