@@ -87,7 +87,7 @@ def vllm_bench_args(
         "--percentile-metrics",
         "ttft,tpot,itl,e2el",
         "--metric-percentiles",
-        "50,95,99",
+        "50",  # a dozen prompts: a p95 or p99 of them is simply the slowest
     ]
     return parser.parse_args(argv)
 
@@ -133,9 +133,9 @@ def crosscheck(
         {"metric": "requests/s", "vllm_bench": ref["request_throughput"], "course": s.requests_per_s},
         {"metric": "output tok/s", "vllm_bench": ref["output_throughput"], "course": s.output_tokens_per_s},
         {"metric": "TTFT mean (s)", "vllm_bench": ref["mean_ttft_ms"] / 1e3, "course": s.ttft_mean},
-        {"metric": "TTFT p99 (s)", "vllm_bench": ref["p99_ttft_ms"] / 1e3, "course": s.ttft_p99},
+        {"metric": "TTFT p50 (s)", "vllm_bench": ref["median_ttft_ms"] / 1e3, "course": s.ttft_p50},
         {"metric": "TPOT mean (s)", "vllm_bench": ref["mean_tpot_ms"] / 1e3, "course": s.tpot_mean},
-        {"metric": "e2e p95 (s)", "vllm_bench": ref["p95_e2el_ms"] / 1e3, "course": s.e2e_p95},
+        {"metric": "e2e p50 (s)", "vllm_bench": ref["median_e2el_ms"] / 1e3, "course": s.e2e_p50},
     ]
 
 
