@@ -43,13 +43,13 @@ def earned(qid: str, answers: dict, seed: int) -> float:
 
 
 FUNCTION_QUESTIONS = {
-    "04.slot_for": "slot_for",
+    "04.slot_spans": "slot_spans",
     "04.kv_capacity_tokens": "kv_capacity_tokens",
     "04.blocks_needed": "predicted_blocks",
     "04.my_schedule": "my_schedule",
     "04.preemption": "recomputed_tokens",
     "04.throughput_vs_batch": "sweep_throughput",
-    "05.texts_of": "texts_of",
+    "05.best_completion": "best_completion",
     "05.client_kwargs": "client_kwargs",
     "05.kv_cache_tokens": "kv_cache_tokens",
     "05.max_model_len_limit": "max_model_len_limit",
@@ -164,9 +164,26 @@ def _wrong_answers() -> dict[str, dict]:
         ok = [c for c in sorted(sweep) if max(r["ttft"] or 1e9 for r in sweep[c]["records"]) <= slo]
         return max(ok, key=lambda c: ns5["output_tok_s"](sweep[c]["records"], sweep[c]["duration_s"])) if ok else None
 
+    def one_run_per_block(table, start, end, bs):  # one copy per block, neighbours never merged
+        runs = []
+        for pos in range(start, end):
+            row = table[pos // bs] * bs + pos % bs
+            if runs and pos % bs:
+                runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+            else:
+                runs.append((row, 1))
+        return runs
+
+    def highest_sum(outputs):  # the highest cumulative log-probability: favours short samples
+        texts = []
+        for out in outputs:
+            done = [c for c in out.outputs if c.finish_reason == "stop"] or list(out.outputs)
+            texts.append(max(done, key=lambda c: (c.cumulative_logprob, -c.index)).text)
+        return texts
+
     ns4 = solution_namespace("04", SEEDS[0])
     return {
-        "04.slot_for": {"slot_for": lambda table, pos, bs: table[pos // bs] + pos % bs},  # forgot * bs
+        "04.slot_spans": {"slot_spans": one_run_per_block},
         "04.kv_capacity_tokens": {
             "kv_capacity_tokens":  # K only, no rounding to blocks
             lambda g, bs, d, l, h, hd: int(g * 2**30 // (l * h * hd * d))
@@ -178,7 +195,7 @@ def _wrong_answers() -> dict[str, dict]:
         "04.my_schedule": {"my_schedule": decodes_last},
         "04.preemption": with_("04.preemption", recomputed_tokens=lost_last_time),
         "04.throughput_vs_batch": {"sweep_throughput": all_tokens},
-        "05.texts_of": {"texts_of": lambda outs: [o.outputs[-1].text for o in outs]},
+        "05.best_completion": {"best_completion": highest_sum},
         "05.client_kwargs": {
             "client_kwargs": lambda url, api_key=None: {"base_url": url + "/v1", "api_key": api_key or "x"}
         },
@@ -310,6 +327,41 @@ def test_flags_must_leave_room_for_the_null_block():
     # the old check's answer: every flags case fails, only the predictions earn
     assert earned("05.flags_for_goal", answer(0.5), SEEDS[0]) <= 1.5
     assert earned("05.flags_for_goal", answer(1.5), SEEDS[0]) == 3
+
+
+def test_slot_spans_mistakes_fail():
+    def spans_of(rule):
+        def f(table, start, end, bs):
+            runs = []
+            for pos in range(start, end):
+                row = rule(table, pos, bs)
+                if runs and runs[-1][0] + runs[-1][1] == row:
+                    runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+                else:
+                    runs.append((row, 1))
+            return runs
+        return f
+
+    forgot_bs = spans_of(lambda t, p, bs: t[p // bs] + p % bs)
+    whole_blocks = lambda t, s, e, bs: spans_of(lambda t, p, bs: t[p // bs] * bs + p % bs)(t, s - s % bs, e, bs)
+    for wrong in (forgot_bs, whole_blocks):
+        assert earned("04.slot_spans", {"slot_spans": wrong}, SEEDS[0]) == 0
+
+
+def test_best_completion_mistakes_fail():
+    def rule(key, finished_first=True):
+        def f(outputs):
+            texts = []
+            for out in outputs:
+                pool = [c for c in out.outputs if c.finish_reason == "stop"] if finished_first else []
+                texts.append(max(pool or list(out.outputs), key=key).text)
+            return texts
+        return f
+
+    list_order_ties = rule(lambda c: c.cumulative_logprob / len(c.token_ids))  # max() keeps list order
+    ignores_finish = rule(lambda c: (c.cumulative_logprob / len(c.token_ids), -c.index), finished_first=False)
+    for wrong in (list_order_ties, ignores_finish):
+        assert earned("05.best_completion", {"best_completion": wrong}, SEEDS[0]) == 0
 
 
 # --- the model (slow, small) ------------------------------------------------------------------------

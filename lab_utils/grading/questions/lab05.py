@@ -40,21 +40,38 @@ def _(rng):
     }
 
 
-# --- 05.texts_of --------------------------------------------------------------------------------
+# --- 05.best_completion -------------------------------------------------------------------------
 
 
-def _out(*texts):
+def _request_output(*completions, prompt="p"):
+    """A RequestOutput-shaped object: each completion (index, text, tokens, cumulative_logprob,
+    finish_reason) as vLLM's CompletionOutput has them."""
     return SimpleNamespace(
-        prompt="p", outputs=[SimpleNamespace(text=t, token_ids=[1] * len(t)) for t in texts]
+        prompt=prompt,
+        outputs=[
+            SimpleNamespace(
+                index=i, text=t, token_ids=[1] * n, cumulative_logprob=lp, finish_reason=fr,
+                stop_reason=None, logprobs=None,
+            )
+            for i, t, n, lp, fr in completions
+        ],
+        finished=True,
     )
 
 
-@question("05.texts_of", points=1, answers=["texts_of"])
-def _(texts_of):
-    """The generated text of every RequestOutput, in prompt order."""
-    got = [str(t) for t in texts_of([_out("Paris", "Lyon"), _out("")])]
-    assert len(got) == 2, "one string per RequestOutput"
-    assert got[1] == "", "an empty completion is still a completion (and still a string)"
+@question("05.best_completion", points=1, answers=["best_completion"])
+def _(best_completion):
+    """best_completion(outputs): per RequestOutput (prompt order), the text of the completion to show
+    the user among its n samples."""
+    outs = [
+        _request_output((0, "Paris.", 3, -1.5, "stop"), (1, "Lyon is a", 4, -1.0, "length")),
+        _request_output((0, "", 1, -0.25, "stop")),
+    ]
+    got = [str(t) for t in best_completion(outs)]
+    assert len(got) == 2, "one text per RequestOutput, in prompt order"
+    assert got[1] == "", "an empty text is still a completion (and still a string)"
+    assert got[0] in ("Paris.", "Lyon is a"), "the text of one of that prompt's own completions"
+    assert got[0] == "Paris.", "a completion cut off at max_tokens did not finish its answer"
 
 
 # --- 05.client_kwargs ---------------------------------------------------------------------------
