@@ -89,10 +89,17 @@ def test_no_answer_is_or_uses_a_reference_its_question_forbids(path):
                 if node.name not in q.answers:
                     continue
                 for sub in ast.walk(node):
-                    name = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else None
+                    name = (
+                        sub.id
+                        if isinstance(sub, ast.Name)
+                        else sub.attr
+                        if isinstance(sub, ast.Attribute)
+                        else None
+                    )
                     if name in banned:
                         found.append(f"{q.id}: {node.name} uses {name}")
     assert not found, f"answers that are or call a forbidden reference: {sorted(set(found))}"
+
 
 def _top_level_definitions(path: Path) -> dict[str, str]:
     """name -> "def", "class" or "value", for every top-level binding in the notebook's code cells

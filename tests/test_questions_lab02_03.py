@@ -201,7 +201,9 @@ def throughput_gain(static, continuous):
 def choose_batcher(s):
     from lab_utils.sim import DynamicBatching, StepCostModel, poisson_workload, simulate, summarize
 
-    wl = poisson_workload(s["triton_num_requests"], s["triton_rate"], prompt_len=1, output_len=1, seed=s["triton_seed"])
+    wl = poisson_workload(
+        s["triton_num_requests"], s["triton_rate"], prompt_len=1, output_len=1, seed=s["triton_seed"]
+    )
     cost = StepCostModel(fixed_s=s["triton_fixed_ms"] / 1e3, per_token_s=s["triton_per_item_ms"] / 1e3)
     top, found = s["triton_max_batch_size"], []
     for pref in [(), (4,), (8,), (4, 8), (16,), (8, 16), (32,), (16, 32)]:
@@ -340,6 +342,7 @@ def test_wrong_but_plausible_answers_fail():
 
     # padding rows treated as free: the "no queue" gain of 1x
     assert _graded("03.predict_gain", {"predicted_no_queue_gain": lambda s: 1.0}, SEEDS[0]).earned < 0.5
+
     # the prefill step forgotten: a model that is right only when prompts are short
     def no_prefill(s):
         B, S, L, f, p = s["batch_size"], s["short_len"], s["long_len"], s["fixed_ms"], s["per_token_ms"]
@@ -353,6 +356,7 @@ def test_wrong_but_plausible_answers_fail():
     assert _graded("03.predict_gain", {"predicted_no_queue_gain": lambda s: measured}).earned < 0.5
     # one ratio for all three cases (the tokens ratio), and requests counted without the long one
     assert _graded("03.queue_ratios", {"queue_ratios": lambda s: (queue_ratios(s)[0],) * 3}).earned < 3
+
     # throughput timed from 0 (the clock's start), not from the first arrival
     def from_zero(static, cont):
         return (sum(x[0] for x in cont) / max(x[2] for x in cont)) / (
@@ -360,6 +364,7 @@ def test_wrong_but_plausible_answers_fail():
         )
 
     assert _graded("03.measured_gain", {"throughput_gain": from_zero}).earned < 1.5
+
     # mean of the requests' own tokens per second instead of the run's
     def per_request(static, cont):
         def mean(xs):
@@ -492,7 +497,14 @@ def test_none_answers_score_zero():
 
 def test_simulating_instead_of_reasoning_scores_zero():
     """The ratios and the prediction may not run the simulator (nor course code that runs it)."""
-    from lab_utils.sim import ContinuousBatching, StaticBatching, StepCostModel, fixed_workload, simulate, summarize
+    from lab_utils.sim import (
+        ContinuousBatching,
+        StaticBatching,
+        StepCostModel,
+        fixed_workload,
+        simulate,
+        summarize,
+    )
     from lab_utils.sim.measure import measure_batching_gain
 
     def simulated_gain(s):
@@ -505,7 +517,9 @@ def test_simulating_instead_of_reasoning_scores_zero():
     def via_measure(s):
         B = s["batch_size"]
         batch = fixed_workload([s["prompt_len"]] * B, [s["short_len"]] * (B - 1) + [s["long_len"]])
-        return measure_batching_gain(batch, B, StepCostModel(s["fixed_ms"] / 1e3, s["per_token_ms"] / 1e3)).ratio
+        return measure_batching_gain(
+            batch, B, StepCostModel(s["fixed_ms"] / 1e3, s["per_token_ms"] / 1e3)
+        ).ratio
 
     for fn in (simulated_gain, via_measure):
         r = _graded("03.predict_gain", {"predicted_no_queue_gain": fn})

@@ -162,7 +162,11 @@ def _wrong_answers() -> dict[str, dict]:
 
     def worst_not_p95(sweep, slo):  # the slowest request, not the 95th percentile
         ok = [c for c in sorted(sweep) if max(r["ttft"] or 1e9 for r in sweep[c]["records"]) <= slo]
-        return max(ok, key=lambda c: ns5["output_tok_s"](sweep[c]["records"], sweep[c]["duration_s"])) if ok else None
+        return (
+            max(ok, key=lambda c: ns5["output_tok_s"](sweep[c]["records"], sweep[c]["duration_s"]))
+            if ok
+            else None
+        )
 
     def one_run_per_block(table, start, end, bs):  # one copy per block, neighbours never merged
         runs = []
@@ -232,7 +236,9 @@ def test_a_cache_that_cannot_preempt_loses_its_share():
     def roomy(scenario):
         return 4 * ns["tight_blocks"](scenario)
 
-    assert earned("04.preemption", {**answers_for("04.preemption", ns), "tight_blocks": roomy}, SEEDS[0]) <= 1.0
+    assert (
+        earned("04.preemption", {**answers_for("04.preemption", ns), "tight_blocks": roomy}, SEEDS[0]) <= 1.0
+    )
 
 
 def test_flags_prediction_must_follow_from_the_flags():
@@ -309,7 +315,14 @@ def test_the_library_helpers_score_zero():
 
     ns = solution_namespace("05", SEEDS[0])
     assert earned("05.sweep", {**answers_for("05.sweep", ns), "output_tok_s": via_summary}, SEEDS[0]) == 0
-    assert earned("05.p50_p95", {"p50_p95": lambda b: (histogram_quantile(0.5, b), histogram_quantile(0.95, b))}, SEEDS[0]) == 0
+    assert (
+        earned(
+            "05.p50_p95",
+            {"p50_p95": lambda b: (histogram_quantile(0.5, b), histogram_quantile(0.95, b))},
+            SEEDS[0],
+        )
+        == 0
+    )
 
 
 def test_flags_must_leave_room_for_the_null_block():
@@ -320,8 +333,12 @@ def test_flags_must_leave_room_for_the_null_block():
         def flags(goal):
             bs, per = goal["block_size"], goal["bytes_per_token"]
             need = goal["goal_concurrency"] * -(-goal["goal_context"] // bs)
-            return {"kv_cache_gib": (need + extra) * bs * per / 2**30, "max_model_len": goal["goal_context"],
-                    "max_num_seqs": goal["goal_concurrency"]}
+            return {
+                "kv_cache_gib": (need + extra) * bs * per / 2**30,
+                "max_model_len": goal["goal_context"],
+                "max_num_seqs": goal["goal_concurrency"],
+            }
+
         return {"flags_for_goal": flags, "predicted_concurrency": ns["predicted_concurrency"]}
 
     # the old check's answer: every flags case fails, only the predictions earn
@@ -340,10 +357,13 @@ def test_slot_spans_mistakes_fail():
                 else:
                     runs.append((row, 1))
             return runs
+
         return f
 
     forgot_bs = spans_of(lambda t, p, bs: t[p // bs] + p % bs)
-    whole_blocks = lambda t, s, e, bs: spans_of(lambda t, p, bs: t[p // bs] * bs + p % bs)(t, s - s % bs, e, bs)
+    whole_blocks = lambda t, s, e, bs: spans_of(lambda t, p, bs: t[p // bs] * bs + p % bs)(
+        t, s - s % bs, e, bs
+    )
     for wrong in (forgot_bs, whole_blocks):
         assert earned("04.slot_spans", {"slot_spans": wrong}, SEEDS[0]) == 0
 
@@ -356,6 +376,7 @@ def test_best_completion_mistakes_fail():
                 pool = [c for c in out.outputs if c.finish_reason == "stop"] if finished_first else []
                 texts.append(max(pool or list(out.outputs), key=key).text)
             return texts
+
         return f
 
     list_order_ties = rule(lambda c: c.cumulative_logprob / len(c.token_ids))  # max() keeps list order
@@ -381,27 +402,52 @@ def test_the_answers_agree_with_real_engine_runs(course_model):
         params = SamplingParams(temperature=0, max_tokens=sc["max_tokens"], ignore_eos=True)
         bs = sc["block_size"]
         longest = max(sc["prompt_lens"]) + sc["max_tokens"]
-        eng = LLMEngine(course_model, device="cpu", dtype="float32", block_size=bs,
-                        num_kv_blocks=ns["tight_blocks"](sc), max_model_len=longest, max_num_seqs=4,
-                        max_num_batched_tokens=128, enable_prefix_caching=False)
+        eng = LLMEngine(
+            course_model,
+            device="cpu",
+            dtype="float32",
+            block_size=bs,
+            num_kv_blocks=ns["tight_blocks"](sc),
+            max_model_len=longest,
+            max_num_seqs=4,
+            max_num_batched_tokens=128,
+            enable_prefix_caching=False,
+        )
         run = eng.measure(prompts, params, label="tight")
         assert run.num_preemptions > 0
         lost = ns["recomputed_tokens"](run.steps)
         scheduled = sum(n for s in run.steps for n in s["scheduled"].values())
         needed = sum(p + len(o) - 1 for p, o in zip(run.prompt_lens, run.output_token_ids))
         assert sum(lost.values()) == scheduled - needed
-        roomy = LLMEngine(course_model, device="cpu", dtype="float32", block_size=bs, num_kv_blocks=64,
-                          max_num_seqs=4, enable_prefix_caching=False)
+        roomy = LLMEngine(
+            course_model,
+            device="cpu",
+            dtype="float32",
+            block_size=bs,
+            num_kv_blocks=64,
+            max_num_seqs=4,
+            enable_prefix_caching=False,
+        )
         assert roomy.measure(prompts, params).peak_blocks() == ns["predicted_blocks"](sc)
-    sweep = LLMEngine(course_model, device="cpu", dtype="float32", kv_cache_gib=0.05,
-                      enable_prefix_caching=False, max_num_batched_tokens=24)
+    sweep = LLMEngine(
+        course_model,
+        device="cpu",
+        dtype="float32",
+        kv_cache_gib=0.05,
+        enable_prefix_caching=False,
+        max_num_batched_tokens=24,
+    )
     work = [[random.Random(i).randint(300, 49000) for _ in range(16)] for i in range(4)]
     runs = {}
     for b in (1, 4):
         sweep.scheduler.config.max_num_seqs = b
         runs[b] = sweep.measure(work, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
-    got = ns["sweep_throughput"]({b: {"prompt_lens": dict(zip(r.request_ids, r.prompt_lens)), "steps": r.steps}
-                                  for b, r in runs.items()})
+    got = ns["sweep_throughput"](
+        {
+            b: {"prompt_lens": dict(zip(r.request_ids, r.prompt_lens)), "steps": r.steps}
+            for b, r in runs.items()
+        }
+    )
     for b, r in runs.items():
         step_s = sum(r.time_split().values())
         assert abs(got[b] - r.output_tokens / step_s) < 1e-6 * got[b]

@@ -350,4 +350,6 @@ def test_dropping_step_records_keeps_every_request_figure():
         full = simulate(wl, cfg, cost)
         lean = simulate(wl, cfg, cost, keep_steps=False)
         assert lean.steps == [] and lean.num_steps == len(full.steps) > 0
-        assert [dataclasses.asdict(r) for r in lean.requests] == [dataclasses.asdict(r) for r in full.requests]
+        assert [dataclasses.asdict(r) for r in lean.requests] == [
+            dataclasses.asdict(r) for r in full.requests
+        ]

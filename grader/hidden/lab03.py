@@ -168,7 +168,10 @@ def _made_up_runs(rng) -> tuple[list, list]:
         reqs.append((float(rng.randint(1, 500)), arrival))
     runs = []
     for _ in range(2):
-        run = [[tok, arr, arr + rng.uniform(0.05, 1.0) * tok * rng.uniform(0.005, 0.05) + 0.01] for tok, arr in reqs]
+        run = [
+            [tok, arr, arr + rng.uniform(0.05, 1.0) * tok * rng.uniform(0.005, 0.05) + 0.01]
+            for tok, arr in reqs
+        ]
         rng.shuffle(run)
         runs.append(run)
     return runs[0], runs[1]
@@ -299,7 +302,9 @@ def _fresh_triton(rng) -> tuple[dict, float]:
             "triton_per_item_ms": rng.choice([0.25, 0.5, 1.0]),
             "triton_max_batch_size": top,
             "triton_p99_slo_ms": slo,
-            "triton_min_mean_batch": float(min(top - 1, max(2, round(rate * slo / 1e3 * rng.uniform(0.08, 0.5))))),
+            "triton_min_mean_batch": float(
+                min(top - 1, max(2, round(rate * slo / 1e3 * rng.uniform(0.08, 0.5))))
+            ),
             "triton_num_requests": 1000,
             "triton_seed": rng.randint(0, 10**6),
         }
@@ -327,7 +332,9 @@ def _(choose_batcher, rng, scenario):
         if not 0 <= delay <= 1_000_000 or not all(1 <= p <= s["triton_max_batch_size"] for p in pref):
             continue
         p99, batch = batcher_outcome(s, delay, pref)
-        passed += batch >= s["triton_min_mean_batch"] and p99 <= min(s["triton_p99_slo_ms"], best * (1 + P99_SLACK))
+        passed += batch >= s["triton_min_mean_batch"] and p99 <= min(
+            s["triton_p99_slo_ms"], best * (1 + P99_SLACK)
+        )
     return partial(passed, sum(1 for _, b in cases if b is not None), "unseen exercises")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from grader.registry import hidden
-from lab_utils.grading.checks import inside, partial
+from lab_utils.grading.checks import inside
 from lab_utils.grading.questions.lab04 import _drive, _scenario_engine
 
 
@@ -43,8 +43,10 @@ def _spans_table(rng) -> list[int]:
         if b in used:
             continue
         kind = rng.random()
-        run = [b + i for i in range(rng.randint(1, 4))] if kind < 0.5 else (
-            [b - i for i in range(rng.randint(2, 3))] if kind < 0.65 else [b]
+        run = (
+            [b + i for i in range(rng.randint(1, 4))]
+            if kind < 0.5
+            else ([b - i for i in range(rng.randint(2, 3))] if kind < 0.65 else [b])
         )
         run = [x for x in run if 0 < x and x not in used][: want - len(table)]
         used.update(run)
@@ -262,11 +264,15 @@ def _sweep_log(rng) -> tuple[dict, int]:
     s = Scheduler(
         KVCacheManager(512, 4, enable_caching=False),
         SchedulerConfig(
-            max_num_seqs=rng.randint(1, 8), max_num_batched_tokens=rng.choice([4, 8, 16, 32, 256]), max_model_len=256
+            max_num_seqs=rng.randint(1, 8),
+            max_num_batched_tokens=rng.choice([4, 8, 16, 32, 256]),
+            max_model_len=256,
         ),
     )
     for rid, k in prompts.items():
-        s.add_request(Request(rid, list(range(9, 9 + k)), SamplingParams(temperature=0, max_tokens=lens[rid])))
+        s.add_request(
+            Request(rid, list(range(9, 9 + k)), SamplingParams(temperature=0, max_tokens=lens[rid]))
+        )
     steps, produced, t = [], 0, 0.0
     while s.has_unfinished_requests() and len(steps) < 500:
         out = s.schedule()

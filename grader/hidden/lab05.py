@@ -111,26 +111,41 @@ def _(max_model_len_limit, rng, scenario):
     assert not wrong, f"wrong on {wrong} of 25 unseen KV sizes"
 
 
-def _ref_concurrency(kv_gib: float, max_model_len: int, bs: int = CPU_BLOCK, per_token: int = COURSE_BYTES_PER_TOKEN) -> float:
+def _ref_concurrency(
+    kv_gib: float, max_model_len: int, bs: int = CPU_BLOCK, per_token: int = COURSE_BYTES_PER_TOKEN
+) -> float:
     blocks = int(kv_gib * GiB) // (per_token * bs)
     return blocks / math.ceil(max_model_len / bs)
 
 
-_PER_TOKEN = [COURSE_BYTES_PER_TOKEN, 2 * 30 * 3 * 64 * 2, 2 * 32 * 8 * 128 * 2, 2 * 16 * 8 * 64 * 2, 2 * 80 * 8 * 128 * 2]
+_PER_TOKEN = [
+    COURSE_BYTES_PER_TOKEN,
+    2 * 30 * 3 * 64 * 2,
+    2 * 32 * 8 * 128 * 2,
+    2 * 16 * 8 * 64 * 2,
+    2 * 80 * 8 * 128 * 2,
+]
 
 
 def _goal(rng) -> dict:
     bs = rng.choice([16, 128, 128])
     return {
         "goal_concurrency": rng.randint(1, 16),
-        "goal_context": rng.choice([rng.randint(64, 8192), rng.randint(1, 32) * bs, rng.randint(1, 32) * bs + 1]),
+        "goal_context": rng.choice(
+            [rng.randint(64, 8192), rng.randint(1, 32) * bs, rng.randint(1, 32) * bs + 1]
+        ),
         "block_size": bs,
         "bytes_per_token": rng.choice(_PER_TOKEN),
     }
 
 
 def _flags_ok(f: dict, goal: dict) -> bool:
-    c, ctx, bs, per = goal["goal_concurrency"], goal["goal_context"], goal["block_size"], goal["bytes_per_token"]
+    c, ctx, bs, per = (
+        goal["goal_concurrency"],
+        goal["goal_context"],
+        goal["block_size"],
+        goal["bytes_per_token"],
+    )
     if int(f["max_model_len"]) != ctx or int(f["max_num_seqs"]) != c:
         return False  # the length and sequence limits must state the goal
     need_blocks = c * math.ceil(ctx / bs)
@@ -154,11 +169,15 @@ def _(flags_for_goal, predicted_concurrency, rng, scenario):
         passed += ok
         # the prediction is graded on other flags too: any KV size and length, not only the answer's
         other = {
-            "kv_cache_gib": rng.uniform(0.01, 4.0) if rng.random() < 0.6 else float(flags["kv_cache_gib"] or 0.1),
+            "kv_cache_gib": rng.uniform(0.01, 4.0)
+            if rng.random() < 0.6
+            else float(flags["kv_cache_gib"] or 0.1),
             "max_model_len": rng.randint(16, 8192) if rng.random() < 0.6 else goal["goal_context"],
             "max_num_seqs": goal["goal_concurrency"],
         }
-        want = _ref_concurrency(other["kv_cache_gib"], other["max_model_len"], goal["block_size"], goal["bytes_per_token"])
+        want = _ref_concurrency(
+            other["kv_cache_gib"], other["max_model_len"], goal["block_size"], goal["bytes_per_token"]
+        )
         got = float(predicted_concurrency(dict(other), dict(goal)))
         # tolerance: 2 % of the reference model (vLLM's block arithmetic; the log prints two decimals)
         passed += abs(got - want) <= 0.02 * want + 1e-9
@@ -262,7 +281,11 @@ def _level(rng, c: int) -> tuple[dict, float, float | None]:
         ttft = round(base * rng.lognormvariate(0, 0.5), 5)
         tokens = rng.choice([8, 16, 32, rng.randint(1, 40)])
         if rng.random() < 0.07:
-            recs.append(_record(i, start, ttft if rng.random() < 0.5 else None, rng.randint(0, tokens), error="stream cut"))
+            recs.append(
+                _record(
+                    i, start, ttft if rng.random() < 0.5 else None, rng.randint(0, tokens), error="stream cut"
+                )
+            )
         else:
             recs.append(_record(i, start, ttft, tokens, e2e=ttft + tokens * rng.uniform(0.01, 0.05)))
     ends = [r["finish"] for r in recs if r["finish"] is not None]
@@ -311,7 +334,10 @@ def _(output_tok_s, best_concurrency, rng, scenario):
             meets = [c for c in levels if p95[c] is not None and p95[c] <= slo]
             want = max(meets, key=lambda c: (tok[c], -c)) if meets else None
             got = best_concurrency(
-                {c: {"duration_s": v["duration_s"], "records": [dict(r) for r in v["records"]]} for c, v in sweep.items()},
+                {
+                    c: {"duration_s": v["duration_s"], "records": [dict(r) for r in v["records"]]}
+                    for c, v in sweep.items()
+                },
                 slo,
             )
             pick_total += 1

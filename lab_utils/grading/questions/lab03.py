@@ -86,8 +86,14 @@ _SIMULATORS = [
 ]
 
 # a small batch (public case): three requests of 10 tokens and one of 40
-_PUBLIC_BATCH = {"batch_size": 4, "short_len": 10, "long_len": 40, "prompt_len": 16,
-                 "fixed_ms": 20.0, "per_token_ms": 1.0}
+_PUBLIC_BATCH = {
+    "batch_size": 4,
+    "short_len": 10,
+    "long_len": 40,
+    "prompt_len": 16,
+    "fixed_ms": 20.0,
+    "per_token_ms": 1.0,
+}
 
 
 def _three(value) -> tuple[float, float, float]:
@@ -228,9 +234,16 @@ def _batcher_choice(value) -> tuple[int, tuple[int, ...]]:
 
 
 # a small exercise (public case): 300 requests, so the check is quick
-_PUBLIC_TRITON = {"triton_rate": 250.0, "triton_fixed_ms": 4.0, "triton_per_item_ms": 0.5,
-                  "triton_max_batch_size": 16, "triton_p99_slo_ms": 50.0, "triton_min_mean_batch": 4.0,
-                  "triton_num_requests": 300, "triton_seed": 7}
+_PUBLIC_TRITON = {
+    "triton_rate": 250.0,
+    "triton_fixed_ms": 4.0,
+    "triton_per_item_ms": 0.5,
+    "triton_max_batch_size": 16,
+    "triton_p99_slo_ms": 50.0,
+    "triton_min_mean_batch": 4.0,
+    "triton_num_requests": 300,
+    "triton_seed": 7,
+}
 
 
 @question("03.dynamic_batcher", points=3, answers=["choose_batcher"])

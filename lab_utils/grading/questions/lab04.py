@@ -177,7 +177,11 @@ def _scenario_engine(num_blocks: int, scen: dict, schedule_fn=None):
     )
     for i, n in enumerate(scen["prompt_lens"]):
         s.add_request(
-            Request(str(i), list(range(100, 100 + n)), SamplingParams(temperature=0, max_tokens=scen["max_tokens"]))
+            Request(
+                str(i),
+                list(range(100, 100 + n)),
+                SamplingParams(temperature=0, max_tokens=scen["max_tokens"]),
+            )
         )
     steps = 0
     while s.has_unfinished_requests() and steps < 400:

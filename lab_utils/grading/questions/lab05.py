@@ -50,8 +50,13 @@ def _request_output(*completions, prompt="p"):
         prompt=prompt,
         outputs=[
             SimpleNamespace(
-                index=i, text=t, token_ids=[1] * n, cumulative_logprob=lp, finish_reason=fr,
-                stop_reason=None, logprobs=None,
+                index=i,
+                text=t,
+                token_ids=[1] * n,
+                cumulative_logprob=lp,
+                finish_reason=fr,
+                stop_reason=None,
+                logprobs=None,
             )
             for i, t, n, lp, fr in completions
         ],
@@ -124,7 +129,12 @@ def _(max_model_len_limit):
 # --- 05.flags_for_goal (predict, then the start-up log measures it) -----------------------------
 
 
-_GOAL = {"goal_concurrency": 2, "goal_context": 1000, "block_size": 16, "bytes_per_token": 2 * 16 * 8 * 64 * 2}
+_GOAL = {
+    "goal_concurrency": 2,
+    "goal_context": 1000,
+    "block_size": 16,
+    "bytes_per_token": 2 * 16 * 8 * 64 * 2,
+}
 
 
 @question("05.flags_for_goal", points=3, answers=["flags_for_goal", "predicted_concurrency"], predict=True)
@@ -137,8 +147,11 @@ def _(flags_for_goal, predicted_concurrency):
     assert float(f["kv_cache_gib"]) > 0 and int(f["max_model_len"]) > 0 and int(f["max_num_seqs"]) >= 1, (
         "positive numbers"
     )
-    flags = {"kv_cache_gib": float(f["kv_cache_gib"]), "max_model_len": int(f["max_model_len"]),
-             "max_num_seqs": int(f["max_num_seqs"])}
+    flags = {
+        "kv_cache_gib": float(f["kv_cache_gib"]),
+        "max_model_len": int(f["max_model_len"]),
+        "max_num_seqs": int(f["max_num_seqs"]),
+    }
     c = float(predicted_concurrency(dict(flags), dict(_GOAL)))
     assert c >= _GOAL["goal_concurrency"], (
         "flags chosen for the goal must let vLLM hold the goal's requests at full length at once"
@@ -190,7 +203,9 @@ def _(p50_p95):
     assert 0.1 < p50 < 0.5 and p50 not in (0.2, 0.5), (
         "the median lies inside the bucket that holds its rank, not on a bucket's edge"
     )
-    assert p50 < p95 <= 0.5, "the 95th percentile is in a later (or the same) bucket, never above the last finite one"
+    assert p50 < p95 <= 0.5, (
+        "the 95th percentile is in a later (or the same) bucket, never above the last finite one"
+    )
     empty = [(0.1, 0.0), (float("inf"), 0.0)]
     assert all(math.isnan(float(x)) for x in p50_p95(empty)), "no observations: no percentile"
 
@@ -230,7 +245,9 @@ def _(output_tok_s, best_concurrency):
     level to run at (or None)."""
     recs = [_record(0, 0.0, 0.2, 8), _record(1, 0.0, 0.3, 8), _record(2, 0.1, 0.4, 16, error="stream cut")]
     v = float(output_tok_s([dict(r) for r in recs], 2.0))
-    assert 0 < v < 12, "tokens per second of the requests that finished (a failed request generated nothing useful)"
+    assert 0 < v < 12, (
+        "tokens per second of the requests that finished (a failed request generated nothing useful)"
+    )
     sweep = {
         1: {"duration_s": 4.0, "records": [_record(i, i * 1.0, 0.1, 8) for i in range(4)]},
         8: {"duration_s": 2.0, "records": [_record(i, 0.0, 3.0, 8) for i in range(8)]},
