@@ -10,7 +10,6 @@ The goal (issue 27) is a sandbox start-up under 1 s per notebook.
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import subprocess
 import sys
@@ -41,10 +40,9 @@ def main() -> int:
     for _ in range(args.runs):  # alternated, so drift hits both alike
         plain.append(_time(plain_cmd, env))
         boxed.append(_time(Sandbox(hide=["/root/.config"]).wrap(plain_cmd, env), env))
-    cpu = next(
-        (ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?"
-    )
-    print(f"machine: {cpu}, {platform.machine()}, python {platform.python_version()}")
+    from lab_utils.hostperf import machine_line
+
+    print(machine_line())
     for name, xs in (("plain", plain), ("sandboxed", boxed)):
         print(
             f"{name:10s} median {statistics.median(xs) * 1000:7.1f} ms  spread {statistics.pstdev(xs) * 1000:6.1f} ms"

@@ -360,18 +360,6 @@ def _scrape_pair(rng):
     return _scrape(rng, before, created, model, alias), _scrape(rng, after, created, model, alias), want
 
 
-def _hits_by_manager(shared: int, num_requests: int, block_size: int) -> int:
-    from lab_utils.kv import KVCacheManager, Request
-
-    kv = KVCacheManager(num_blocks=4096, block_size=block_size)
-    for i in range(num_requests):  # one after the other: each finishes before the next arrives
-        req = Request(f"q{i}", list(range(shared)) + [50_000 + 97 * i + t for t in range(block_size + 3)])
-        hits, cached = kv.get_computed_blocks(req)
-        kv.allocate_slots(req, req.num_tokens - cached, hits)
-        kv.free(req)
-    return kv.prefix_cache_hits
-
-
 @hidden("02.vllm_hits")
 def _(predicted_prefix_hits, prefix_cache_delta, rng, scenario):
     cases = [(scenario["system_prompt_tokens"], len(scenario["user_tokens"]), scenario["block_size"])]

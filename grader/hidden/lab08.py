@@ -8,20 +8,13 @@ from __future__ import annotations
 
 from grader.registry import hidden
 from lab_utils.grading.checks import close, frac_wrong, partial
+from lab_utils.grading.questions.lab08 import PROJS as _PROJS
 from lab_utils.grading.questions.lab08 import _check_group, _plain
 from lab_utils.trtllm.legacy import RENAMED
 from lab_utils.trtllm.legacy import legacy_to_llm_api as _REF_LEGACY
 from lab_utils.trtllm.plan import concurrent_sequences as _REF_SEQS
 
 GiB = 1 << 30
-_PROJS = (
-    "self_attn.q_proj",
-    "self_attn.k_proj",
-    "self_attn.o_proj",
-    "mlp.gate_proj",
-    "mlp.up_proj",
-    "mlp.down_proj",
-)
 
 
 PREDICT_RTOL = 1e-3

@@ -538,7 +538,8 @@ def _run_continuous_fast(
             ctx_base -= r.c0 + 1 - r.s0
             r.num_computed_tokens = r.c0 + (step + 1 - r.s0)
             r.num_output_tokens = r.output_len
-            # blocks_at(step) and _finish, inlined: this runs once per request
+            # blocks_at(step) and _finish, inlined: this runs once per request (1M ShareGPT requests:
+            # 4.17 s CPU inlined against 4.41 s with the two calls, medians of 6 runs, alternated)
             fb = r.first_block
             free_blocks += r.b0 if step < fb else r.b0 + (step - fb) // bs + 1
             r.num_blocks = 0
