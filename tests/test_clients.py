@@ -171,10 +171,19 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
             st["in_flight"] += 1
             st["max_in_flight"] = max(st["max_in_flight"], st["in_flight"])
             st["bodies"].append(body)
+        counted = [True]
+
+        def leave():  # once per request, before the client can see its end (else the count races)
+            if counted[0]:
+                counted[0] = False
+                with st["lock"]:
+                    st["in_flight"] -= 1
+
         try:
             prompt = body.get("prompt") or body["messages"][-1]["content"]
             if prompt == "fail":
                 msg = b'{"error": "boom"}'
+                leave()
                 self.send_response(500)
                 self.send_header("Content-Length", str(len(msg)))
                 self.end_headers()
@@ -194,14 +203,14 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
                 choice = {"delta": {"content": f"w{i} "}} if chat else {"text": f"w{i} "}
                 self._event({"choices": [choice]})
             self._event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": n}})
+            leave()
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
             self.close_connection = True
         except (BrokenPipeError, ConnectionResetError):  # the client left (an interrupted run)
             self.close_connection = True
         finally:
-            with st["lock"]:
-                st["in_flight"] -= 1
+            leave()
 
     def _event(self, obj):
         self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
