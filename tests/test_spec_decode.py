@@ -128,7 +128,7 @@ def test_preemption_drops_drafts():
     assert s.preempt_last() is a and a.spec_token_ids == []
 
 
-def test_only_plain_greedy_requests_get_drafts_within_their_room():
+def test_plain_requests_greedy_or_sampled_get_drafts_within_their_room():
     p = NgramProposer(8)
     history = [1, 2, 3, 1, 2, 3, 1, 2]
 
@@ -144,10 +144,54 @@ def test_only_plain_greedy_requests_get_drafts_within_their_room():
     p.propose_for([greedy, near_end, sampled, stops], max_model_len=64)
     assert greedy.spec_token_ids == [1, 2, 3]  # 1 output so far, 5 allowed: 3 drafts + 1 of its own
     assert near_end.spec_token_ids == []  # its next token is its last
-    assert sampled.spec_token_ids == [] and stops.spec_token_ids == []
+    assert sampled.spec_token_ids == [1, 2, 3, 1, 2, 3, 1, 2]  # checked by rejection sampling
+    assert stops.spec_token_ids == []  # a stop string may end it inside the drafts' text
     short = make("m", temperature=0, max_tokens=50)
     p.propose_for([short], max_model_len=12)
     assert short.spec_token_ids == [1, 2]  # 9 tokens: 2 drafts and the model's own token reach 12
+
+
+def _accept_many(logits, drafts, n, **params):
+    import torch
+
+    from lab_utils.engine.sampler import Sampler
+
+    sampler = Sampler(seed=0)
+    sp = SamplingParams(max_tokens=50, **params)
+    rows = torch.tensor(logits, dtype=torch.float32)
+    return [sampler.accept_sampled(rows, drafts, "r", sp) for _ in range(n)]
+
+
+def test_sampled_drafts_leave_the_distribution_of_every_token_unchanged():
+    """Rejection sampling: the first token follows p0 and, after a kept draft, the next follows p1,
+    whatever the drafts were; a kept draft is followed by more tokens, a rejected one ends the step."""
+    import torch
+
+    logits = [[2.0, 1.0, 0.5, 0.0, -1.0], [0.0, 1.5, 0.2, 0.3, 0.1], [0.3, 0.2, 0.1, 1.0, 0.0]]
+    drafts = [1, 4]  # a fairly likely first draft, an unlikely second one
+    n = 20000
+    outs = _accept_many(logits, drafts, n, temperature=0.8)
+    p = torch.tensor(logits).div(0.8).softmax(-1)
+    tol = 4 * (0.25 / n) ** 0.5 + 0.002  # four standard errors of a share near 1/2
+    first = [o[0] for o in outs]
+    for tok in range(5):
+        assert abs(first.count(tok) / n - float(p[0, tok])) < tol, f"token {tok} at position 0"
+    kept = [o for o in outs if o[0] == drafts[0]]
+    second = [o[1] for o in kept]
+    tol1 = 4 * (0.25 / len(kept)) ** 0.5 + 0.002
+    for tok in range(5):
+        assert abs(second.count(tok) / len(kept) - float(p[1, tok])) < tol1, f"token {tok} at position 1"
+    assert all(len(o) == 1 for o in outs if o[0] != drafts[0])  # rejected: the step ends there
+    assert all(len(o) == 2 for o in kept if o[1] != drafts[1])
+    assert all(len(o) == 3 for o in kept if o[1] == drafts[1])  # both kept: a bonus token
+
+
+def test_sampled_drafts_with_top_k_1_are_kept_exactly_when_greedy_would_keep_them():
+    logits = [[0.0, 3.0, 1.0], [2.0, 0.0, 1.0], [0.0, 0.0, 5.0]]
+    assert _accept_many(logits, [1, 0], 5, temperature=0.8, top_k=1) == [[1, 0, 2]] * 5
+    assert _accept_many(logits, [1, 2], 5, temperature=0.8, top_k=1) == [[1, 0]] * 5
+    with pytest.raises(ValueError, match="drafts need"):
+        _accept_many(logits, [1], 1, temperature=0.8)
 
 
 # --- the real model (slow) -----------------------------------------------------------------------
@@ -164,7 +208,7 @@ def test_speculation_gives_the_same_tokens_in_fewer_steps(course_model, block_si
         "Write one sentence about the sea.",
     ]
     params = [SamplingParams(temperature=0, max_tokens=40)] * 3 + [
-        SamplingParams(temperature=0.7, seed=3, max_tokens=12)
+        SamplingParams(temperature=0.7, seed=3, max_tokens=12, ignore_eos=True)
     ]
     outs = {}
     for k in (0, 4):
@@ -173,6 +217,7 @@ def test_speculation_gives_the_same_tokens_in_fewer_steps(course_model, block_si
             num_speculative_tokens=k,
         )  # fmt: skip
         outs[k] = [o.outputs[0].token_ids for o in eng.generate(prompts, params)]
+        assert len(outs[k][3]) == 12  # the sampled request (drafts checked by rejection sampling)
         if k:
             accepted = sum(s.num_accepted_tokens for s in eng.snapshots)
             assert accepted > 20, "repetitive prompts should have many drafts accepted"
@@ -181,5 +226,5 @@ def test_speculation_gives_the_same_tokens_in_fewer_steps(course_model, block_si
             steps_spec = len(eng.snapshots)
         else:
             steps_plain = len(eng.snapshots)
-    assert outs[4] == outs[0]
+    assert outs[4][:3] == outs[0][:3]  # greedy: the same tokens; sampled: the same distribution
     assert steps_spec < steps_plain

@@ -30,7 +30,7 @@ class EngineConfig:
         fast: True runs `engine/fast.py` (prepacked weights, vLLM's CPU kernels where installed),
             False the plain-torch model of `engine/llama.py` alone; None reads the LAB_ENGINE_FAST
             environment variable (fast unless it is 0). Both give the same greedy tokens.
-        num_speculative_tokens: draft tokens proposed per greedy request and step by n-gram
+        num_speculative_tokens: draft tokens proposed per request and step by n-gram
             lookup (`engine/spec_decode.py`, vLLM's speculative_config method "ngram"); 0 = off.
         prompt_lookup_min, prompt_lookup_max: the shortest and longest tail of the request
             (in tokens) looked up earlier in its prompt and output to find drafts.

@@ -4,7 +4,7 @@
     engine = LLMEngine()                      # the course model, float32 on CPU
     outs = engine.generate(["Hello"], SamplingParams(temperature=0, max_tokens=20))
     outs[0].outputs[0].text
-    LLMEngine(num_speculative_tokens=4)       # n-gram drafts for greedy requests (spec_decode.py)
+    LLMEngine(num_speculative_tokens=4)       # n-gram drafts checked in the step (spec_decode.py)
 
 The loop is the one vLLM runs (`EngineCore.step`): `step()` = schedule -> execute -> update -> outputs.
 """
@@ -97,7 +97,7 @@ class LLMEngine:
             self.scheduler = scheduler(self.kv_cache_manager, sched_cfg)
         else:
             self.scheduler = scheduler
-        self.proposer = None  # speculative decoding: n-gram drafts for greedy requests
+        self.proposer = None  # speculative decoding: n-gram drafts (spec_decode.py)
         if cfg.num_speculative_tokens:
             from .spec_decode import NgramProposer
 

@@ -162,11 +162,21 @@ class ModelRunner:
                 logits = self.model.forward(input_ids, positions, meta, logits_rows)
                 params = [requests[r].sampling_params for r in sample_ids]
                 done = [requests[r].output_token_ids for r in sample_ids]
-                tokens = self.sampler.sample(logits, sample_ids, params, done)
+                # Rows of sampled requests with drafts: decided together by rejection sampling.
+                checked: dict[str, list[int]] = {}
+                for i, rid in enumerate(sample_ids):
+                    if rid in so.scheduled_spec_tokens and not params[i].greedy:
+                        checked.setdefault(rid, []).append(i)
+                skip = {i for rows in checked.values() for i in rows}
+                tokens = self.sampler.sample(logits, sample_ids, params, done, skip=skip)
                 for rid, token in zip(sample_ids, tokens):
                     out.sampled_token_ids.setdefault(rid, []).append(token)
                 for rid, drafts in so.scheduled_spec_tokens.items():
-                    if rid in out.sampled_token_ids:
+                    if rid in checked:
+                        rows = logits[checked[rid]]
+                        p = requests[rid].sampling_params
+                        out.sampled_token_ids[rid] = self.sampler.accept_sampled(rows, drafts, rid, p)
+                    elif rid in out.sampled_token_ids:
                         out.sampled_token_ids[rid] = accept_greedy(drafts, out.sampled_token_ids[rid])
             else:  # only partial prefill chunks: fill the cache, sample nothing
                 self.model.forward(input_ids, positions, meta, logits_rows[:0])

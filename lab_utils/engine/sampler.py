@@ -61,8 +61,13 @@ class Sampler:
         request_ids: list[str],
         params: list[SamplingParams],
         output_token_ids: list[list[int]] | None = None,
+        skip: frozenset[int] | set[int] = frozenset(),
     ) -> list[int]:
-        """One token id per row of `logits` (S, vocab); rows with logits_processors go through them first."""
+        """One token id per row of `logits` (S, vocab); rows with logits_processors go through them first.
+
+        Sampled rows listed in `skip` are not drawn (their argmax stands in): speculative rows of a
+        sampled request, which `accept_sampled` decides together.
+        """
         import torch
 
         processed = [i for i, p in enumerate(params) if p.logits_processors]
@@ -73,7 +78,7 @@ class Sampler:
                 for fn in params[i].logits_processors:
                     logits[i] = fn(done, logits[i])
         tokens = logits.argmax(dim=-1)  # greedy for every row; sampled rows overwrite theirs
-        sampled_rows = [i for i, p in enumerate(params) if not p.greedy]
+        sampled_rows = [i for i, p in enumerate(params) if not p.greedy and i not in skip]
         if sampled_rows:
             tokens = tokens.clone()
             for i in sampled_rows:
@@ -88,6 +93,47 @@ class Sampler:
                     continue
                 tokens[i] = torch.multinomial(probs, 1, generator=self._generator(request_ids[i], p))[0]
         return tokens.tolist()
+
+    def accept_sampled(
+        self, logits: torch.Tensor, drafts: list[int], request_id: str, params: SamplingParams
+    ) -> list[int]:
+        """The tokens a speculative step produces for one sampled request: rejection sampling.
+
+        `logits` has len(drafts) + 1 rows: row j is the model's distribution p_j after the real
+        tokens and the first j drafts. An n-gram draft is a guess with no probability of its own,
+        so as in vLLM's rejection sampler its draft distribution is all on the drafted token:
+        draft j is kept with probability p_j(draft); at the first rejection the token is drawn from
+        p_j with the draft's share removed (the residual max(p - q, 0), renormalised); after the
+        last kept draft one more token is drawn from p_k. Each token this returns is distributed
+        exactly as one-token-per-step sampling would draw it, whatever the drafts were.
+        """
+        import torch
+
+        if logits.shape[0] != len(drafts) + 1:
+            raise ValueError(
+                f"{len(drafts)} drafts need {len(drafts) + 1} rows of logits, got {logits.shape[0]}"
+            )
+        gen = self._generator(request_id, params)
+        out: list[int] = []
+        for j in range(len(drafts) + 1):
+            probs = apply_top_k_top_p(logits[j] / params.temperature, params.top_k, params.top_p).softmax(-1)
+            if not _usable(probs):  # as in `sample`: take the most likely token, then stop checking
+                out.append(int(torch.nan_to_num(logits[j], nan=float("-inf")).argmax()))
+                if j < len(drafts) and out[-1] == drafts[j]:
+                    continue
+                return out
+            if j == len(drafts):  # every draft kept: the bonus token
+                out.append(int(torch.multinomial(probs, 1, generator=gen)[0]))
+                return out
+            d = drafts[j]
+            if float(torch.rand((), generator=gen)) < float(probs[d]):
+                out.append(d)
+                continue
+            residual = probs.clone()
+            residual[d] = 0.0  # p(d) < 1 here (a draw below 1 always keeps it), so mass is left
+            out.append(int(torch.multinomial(residual / residual.sum(), 1, generator=gen)[0]))
+            return out
+        return out
 
 
 def _usable(probs: torch.Tensor) -> bool:

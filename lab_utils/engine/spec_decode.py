@@ -18,9 +18,11 @@ and then no drafts are proposed and the step is an ordinary decode.
     vLLM: LLM(..., speculative_config={"method": "ngram", "num_speculative_tokens": 4,
                                        "prompt_lookup_min": 2, "prompt_lookup_max": 4})
 
-Only greedy requests (temperature 0) without logits processors or stop strings get drafts here;
-the others decode one token per step. (vLLM also checks drafts for sampled requests, with
-rejection sampling.)
+Requests without logits processors or stop strings get drafts (those others decode one token
+per step). Greedy requests keep drafts while they equal the argmax (`accept_greedy`); sampled
+requests keep them by rejection sampling (`Sampler.accept_sampled`, as vLLM's rejection sampler
+treats n-gram drafts), so their tokens follow the same distribution as one-token steps. At
+temperature 0.8 a draft is kept with the probability the model gives it, so fewer are kept.
 """
 
 from __future__ import annotations
@@ -88,13 +90,13 @@ class NgramProposer:
     def propose_for(self, requests: Iterable[Any], max_model_len: int) -> None:
         """Set `spec_token_ids` on each request that may speculate, within its length limits.
 
-        A request may speculate when it decodes greedily with no logits processors or stop
-        strings. Drafts never take it past `max_tokens` or `max_model_len`: a step adds at most
+        A request may speculate when it has no logits processors or stop strings (greedy or
+        sampled). Drafts never take it past `max_tokens` or `max_model_len`: a step adds at most
         one token beyond its drafts.
         """
         for req in requests:
             params = req.sampling_params
-            if req.is_finished or not params.greedy or params.logits_processors or params.stop_strings:
+            if req.is_finished or params.logits_processors or params.stop_strings:
                 continue
             room = min(params.max_tokens - req.num_output_tokens, max_model_len - req.num_tokens) - 1
             req.spec_token_ids = self.propose(req.request_id, req.all_token_ids, room) if room > 0 else []
