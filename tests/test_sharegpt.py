@@ -47,3 +47,15 @@ def test_prompts_tokenize_with_the_course_tokenizer(data, course_model):
     w = sharegpt.sharegpt_workload(50, rate=10.0, seed=1, tokenizer=tok, max_output=256)
     assert len(w) == 50 and max(r.output_len for r in w) <= 256
     assert all(a.arrival_time <= b.arrival_time for a, b in zip(w, w[1:]))
+
+
+@pytest.mark.slow
+def test_sample_prompts_are_seeded_texts_within_the_limits(data, course_model):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(course_model))
+    got = sharegpt.sample_prompts(12, seed=5, tokenizer=tok, max_prompt=256, max_output=64)
+    assert got == sharegpt.sample_prompts(12, seed=5, tokenizer=tok, max_prompt=256, max_output=64)
+    assert got != sharegpt.sample_prompts(12, seed=6, tokenizer=tok, max_prompt=256, max_output=64)
+    assert len(got) == 12 and all(isinstance(p, str) and sharegpt.MIN_TOKENS <= o <= 64 for p, o in got)
+    assert all(len(tok(p, add_special_tokens=False)["input_ids"]) <= 256 for p, _ in got)

@@ -2,5 +2,6 @@
 framework (`vllm.py`, `triton.py`, ...). Every process binds 127.0.0.1 and is stopped on exit."""
 
 from .base import ServerProcess, ServerStartError, free_port, running_servers, stop_all
+from .engine import EngineServer
 
-__all__ = ["ServerProcess", "ServerStartError", "free_port", "running_servers", "stop_all"]
+__all__ = ["EngineServer", "ServerProcess", "ServerStartError", "free_port", "running_servers", "stop_all"]

@@ -185,3 +185,37 @@ def sharegpt_workload(
         WorkloadRequest(i, t, int(p), int(min(o, cap) if cap else o))
         for i, (t, (p, o)) in enumerate(zip(arrivals.tolist(), pairs))
     ]
+
+
+def sample_prompts(
+    n: int, seed: int = 0, tokenizer=None, max_prompt: int = MAX_PROMPT, max_output: int | None = None
+) -> list[tuple[str, int]]:
+    """`n` (prompt_text, output_tokens) pairs from ShareGPT's kept first turns, drawn with `seed`:
+    the prompts to send a real server, each with its reply's length as max_tokens (with ignore_eos),
+    as vLLM's serving benchmark does.
+
+    Only the drawn pairs are tokenized (the course model's tokenizer by default), a few at a time
+    until `n` pass `keep` (and `max_prompt` tokens of prompt); `max_output` caps each output length.
+    """
+    if n < 1:
+        raise ValueError(f"n must be at least 1 prompt, got {n}")
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        from lab_utils.models import course_model_path
+
+        tokenizer = AutoTokenizer.from_pretrained(course_model_path())
+    pairs = first_turns(read().conversations)
+    order = list(range(len(pairs)))
+    random.Random(seed).shuffle(order)
+    out: list[tuple[str, int]] = []
+    for start in range(0, len(order), max(4 * n, 64)):
+        chunk = [pairs[i] for i in order[start : start + max(4 * n, 64)]]
+        p = tokenizer([a for a, _ in chunk], add_special_tokens=False)["input_ids"]
+        o = tokenizer([b for _, b in chunk], add_special_tokens=False)["input_ids"]
+        for (text, _), x, y in zip(chunk, p, o):
+            if keep(len(x), len(y)) and len(x) <= max_prompt:
+                out.append((text, min(len(y), max_output) if max_output else len(y)))
+                if len(out) == n:
+                    return out
+    raise ValueError(f"ShareGPT has only {len(out)} kept first turns under these limits; ask for fewer")
