@@ -50,6 +50,7 @@ model: venv
 	$(PY) -m lab_utils.models
 
 # Lab 12's LoRA adapters, trained on the course model with peft (one to two minutes each on 2 busy cores).
+# The json adapter is also merged into a full copy of the weights (seconds), for the merged-model comparison.
 adapters: model
 	$(PY) -m lab_utils.lora
 

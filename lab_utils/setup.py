@@ -53,8 +53,10 @@ def _triton_ready() -> bool:
 
 def _adapters_ready() -> bool:
     from .lora import all_prepared
+    from .lora.merge import all_merged
 
-    return bool(os.environ.get("COURSE_MODEL")) or all_prepared()  # lab 12 trains them for its own model
+    # lab 12 trains them (and merges one) for its own model
+    return bool(os.environ.get("COURSE_MODEL")) or (all_prepared() and all_merged())
 
 
 STEPS: dict[str, Step] = {
@@ -66,7 +68,7 @@ STEPS: dict[str, Step] = {
     ),
     "adapters": Step(
         "adapters",
-        "lab 12's LoRA adapters for the course model (trained with peft on CPU)",
+        "lab 12's LoRA adapters for the course model (trained with peft on CPU) and one merged",
         _adapters_ready,
         lambda: [sys.executable, "-m", "lab_utils.lora"],
     ),
