@@ -21,18 +21,18 @@ def test_assign_is_round_robin():
 
 def test_mixed_batch_sends_every_request_at_once_spread_over_the_models(fake_server):  # noqa: F811
     url, state = fake_server
-    row = mixed_batch(
-        url, ["a", "b", "c"], [f"p{i}" for i in range(7)], max_tokens=60
-    )  # 0.3 s each: long enough to overlap
-    assert row["distinct"] == 3 and row["num_ok"] == 7 and row["output_tokens"] == 420
-    assert state["max_in_flight"] == 7  # all at once
+    # 100 chunks of 5 ms: each request lasts long enough for the others to start beside it
+    row = mixed_batch(url, ["a", "b", "c"], [f"p{i}" for i in range(7)], max_tokens=100)
+    assert row["distinct"] == 3 and row["num_ok"] == 7 and row["output_tokens"] == 700
+    assert state["max_in_flight"] > 3  # the three groups (3, 2, 2 requests) run at the same time
     models = sorted(b["model"] for b in state["bodies"])
     assert models == ["a", "a", "a", "b", "b", "c", "c"]
     assert all(b["ignore_eos"] and b["temperature"] == 0 for b in state["bodies"])
     by_prompt = {b["prompt"]: b["model"] for b in state["bodies"]}
     assert [by_prompt[f"p{i}"] for i in range(7)] == assign(["a", "b", "c"], 7)
     assert row["ttft_p50"] <= row["ttft_p90"] and row["tpot_p50"] > 0
-    assert row["output_tokens_per_s"] == pytest.approx(420 / row["wall_s"])
+    assert row["output_tokens_per_s"] == pytest.approx(700 / row["wall_s"])
+    assert sorted(r["model"] for r in row["records"]) == models and all(r["ok"] for r in row["records"])
 
 
 def test_server_memory_sums_the_process_tree():

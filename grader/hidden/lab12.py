@@ -207,3 +207,42 @@ def _(predict_high_p90, rng, scenario):
             got = float(predict_high_p90(dict(case), policy))
             wrong += not (math.isfinite(got) and close(got, _ref_p90(case, policy), 0.05, 1e-6))
     assert not wrong, f"wrong on {wrong} of 40 unseen overloads (20 cases x 2 policies, 5% tolerance)"
+
+
+def _median(xs):
+    xs = sorted(xs)
+    if not xs:
+        return math.nan
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+@hidden("12.tpot_by_model")
+def _(tpot_by_model, rng, scenario):
+    wrong = 0
+    for _ in range(20):
+        recs = []
+        for _ in range(rng.randint(1, 40)):
+            ok = rng.random() < 0.85
+            ttft = round(rng.lognormvariate(-1, 1), 5)
+            tokens = rng.choice([1, 2, 3, 16, 32, 64]) if ok else 0
+            recs.append(
+                {
+                    "model": rng.choice(["base", "json", "upper", "json2", "sql"]),
+                    "ok": ok,
+                    "ttft": ttft if ok else None,
+                    "e2e": round(ttft + max(tokens - 1, 0) * rng.uniform(0.01, 0.2), 5) if ok else None,
+                    "output_tokens": tokens,
+                }
+            )
+        want = {}
+        for m in {r["model"] for r in recs}:
+            tpots = [
+                (r["e2e"] - r["ttft"]) / (r["output_tokens"] - 1)
+                for r in recs
+                if r["model"] == m and r["ok"] and r["output_tokens"] >= 2
+            ]
+            want[m] = _median(tpots)
+        got = {str(k): float(v) for k, v in dict(tpot_by_model([dict(r) for r in recs])).items()}
+        wrong += set(got) != set(want) or not all(close(got[m], want[m], 1e-6, 1e-12) for m in want)
+    assert not wrong, f"wrong on {wrong} of 20 unseen mixed batches"

@@ -61,7 +61,7 @@ async def mixed_batch_async(
         )
     )
     wall = time.perf_counter() - t0
-    records = [r for res in results for r in res.records]
+    records = [r for res in results for r in res.records]  # results come back in `groups` order
     ok = [r for r in records if r.ok]
     ttft = [r.ttft for r in ok if r.ttft is not None]
     tpot = [r.tpot for r in ok if r.tpot is not None]
@@ -77,6 +77,12 @@ async def mixed_batch_async(
         "ttft_p50": percentile(ttft, 50),
         "ttft_p90": percentile(ttft, 90),
         "tpot_p50": percentile(tpot, 50),
+        # one plain dict per request, for an analysis by model
+        "records": [
+            {"model": name, "ok": r.ok, "ttft": r.ttft, "e2e": r.e2e, "output_tokens": r.output_tokens}
+            for name, res in zip(groups, results)
+            for r in res.records
+        ],
     }
 
 

@@ -166,3 +166,30 @@ def _(predict_high_p90):
     assert math.isfinite(fcfs) and math.isfinite(prio) and prio > 0, "a time in seconds"
     assert prio < fcfs, "the policy exists to let the urgent class go first"
     assert not close(fcfs, prio, 0.05), "under fcfs the urgent request waits for the queue ahead of it"
+
+
+@question(
+    "12.tpot_by_model",
+    points=2,
+    answers=["tpot_by_model"],
+    forbid=[
+        "lab_utils.mathutils:percentile",
+        "lab_utils.sim.priority:percentile",
+        "lab_utils.clients.loadgen:RequestRecord",
+        "lab_utils.clients.loadgen:summarize",
+        "statistics:median",
+        "statistics:quantiles",
+        "numpy:median",
+        "numpy:percentile",
+        "numpy:quantile",
+    ],
+)
+def _(tpot_by_model):
+    """tpot_by_model(records): {model: median TPOT of its answered requests of two tokens or more}."""
+    recs = [
+        {"model": "a", "ok": True, "ttft": 1.0, "e2e": 2.0, "output_tokens": 11},
+        {"model": "b", "ok": False, "ttft": None, "e2e": None, "output_tokens": 0},
+    ]
+    got = {str(k): float(v) for k, v in dict(tpot_by_model(recs)).items()}
+    assert set(got) == {"a", "b"}, "one entry per model present in the records"
+    assert 0 < got["a"] < 1.0 and math.isnan(got["b"]), "a failed request has no TPOT: nan where none is left"
