@@ -4,8 +4,8 @@ Both servers get the same ShareGPT first human turns (`sharegpt.sample_prompts`,
 with its reply's length as max_tokens and ignore_eos, temperature 0, float32, the same
 max_num_seqs and max_num_batched_tokens, prefix caching off.
 
-1. Saturation: each system gets every request at once (closed loop at max_num_seqs); requests
-   done per second is its saturation throughput.
+1. Saturation: each system gets 4 x max_num_seqs requests (at least --num-requests) in a closed
+   loop at max_num_seqs in flight; requests done per second is its saturation throughput.
 2. Sweep: open-loop Poisson arrivals at `--levels` rates, spaced geometrically from 0.2x the
    slower system's saturation to 1.2x the faster one's, the same rates for both, the systems
    alternating at each rate (so a change in the machine's load hits both). The load generator
@@ -204,14 +204,17 @@ def main() -> int:
         for s in systems:
             others = {o: cpu_seconds(servers[o]) for o in systems if o != s}
             t = time.monotonic()
-            sat = run(servers[s], prompts, lens, opts.num_requests, concurrency=opts.max_num_seqs)
+            # Enough requests that the run is mostly a full batch, not the tail of a few long ones
+            # (with just --num-requests the estimate came out below the rate the sweep then served).
+            sat_n = max(opts.num_requests, 4 * opts.max_num_seqs)
+            sat = run(servers[s], prompts, lens, sat_n, concurrency=opts.max_num_seqs)
             wall = time.monotonic() - t
             for o, before in others.items():
                 result["idle_cpu"][o] = (cpu_seconds(servers[o]) - before) / wall  # cores used idle
             result["saturation"][s] = sat
             log(
                 f"{s} saturation: {sat['requests_per_s']:.3f} req/s, {sat['output_tokens_per_s']:.1f} "
-                f"out tok/s ({sat['num_ok']}/{opts.num_requests} ok in {sat['duration_s']:.0f} s)"
+                f"out tok/s ({sat['num_ok']}/{sat_n} ok in {sat['duration_s']:.0f} s)"
             )
         idle = result["idle_cpu"]
         per_phase = any(v > IDLE_LIMIT for v in idle.values())
