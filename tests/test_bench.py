@@ -222,3 +222,16 @@ def test_the_seeds_rule_keeps_the_fleet():
     cap = simulate(trace, capacity_policy, model)
     # utilisation stays above 40% at any useful load, so the rule's scale-down rarely fires
     assert seeds.replica_hours > 1.2 * cap.replica_hours
+
+
+def test_the_keda_trigger_is_read_and_its_discovery_labels_dropped():
+    from lab_utils.bench.manifests import prometheus_triggers, without_discovery_labels
+
+    trig = prometheus_triggers()
+    assert [t["file"] for t in trig] == ["keda-scaledobject.yaml"]
+    t = trig[0]
+    assert "vllm:num_requests_waiting" in t["query"] and t["threshold"] > 0 and 1 <= t["min"] <= t["max"]
+    local = without_discovery_labels(t["query"])
+    assert "namespace" not in local and "{" not in local and "vllm:num_requests_running" in local
+    assert without_discovery_labels('x{model_name="m", namespace="a"}') == 'x{model_name="m"}'
+    assert without_discovery_labels('rate(y{pod=~"v.*"}[1m])') == "rate(y[1m])"

@@ -102,6 +102,45 @@ def validate_all(directory: str | Path = K8S_DIR) -> dict[str, list[str]]:
     return {p.name: validate_file(p) for p in sorted(Path(directory).glob("*.yaml"))}
 
 
+def prometheus_triggers(directory: str | Path = K8S_DIR) -> list[dict]:
+    """Every KEDA `prometheus` trigger in the folder's ScaledObjects: file, query and threshold.
+
+    KEDA asks the HPA for ceil(query value / threshold) replicas (an AverageValue target), within
+    minReplicaCount and maxReplicaCount, which come along as `min` and `max`.
+    """
+    out = []
+    for p in sorted(Path(directory).glob("*.yaml")):
+        for doc in load_documents(p):
+            if doc.get("kind") != "ScaledObject":
+                continue
+            spec = doc.get("spec") or {}
+            for trig in spec.get("triggers") or []:
+                meta = trig.get("metadata") or {}
+                if trig.get("type") == "prometheus" and "query" in meta:
+                    out.append(
+                        {
+                            "file": p.name,
+                            "query": str(meta["query"]),
+                            "threshold": float(meta["threshold"]),
+                            "min": int(spec.get("minReplicaCount", 0)),
+                            "max": int(spec.get("maxReplicaCount", 100)),
+                        }
+                    )
+    return out
+
+
+_DISCOVERY_LABEL = re.compile(r'\s*\b(namespace|pod|service)\s*=~?\s*"[^"]*"\s*,?')
+
+
+def without_discovery_labels(query: str) -> str:
+    """The query with its namespace/pod/service matchers dropped: in a cluster Prometheus adds those
+    labels from Kubernetes service discovery; a Prometheus scraping 127.0.0.1 has none of them, so
+    the query as written would match no series."""
+    q = _DISCOVERY_LABEL.sub("", query)
+    q = re.sub(r",\s*}", "}", q)
+    return re.sub(r"\{\s*\}", "", q)
+
+
 _METRIC = re.compile(r"\bvllm[:_][a-z_]+")
 
 
@@ -120,9 +159,11 @@ __all__ = [
     "K8S_DIR",
     "KEDA_SCHEMA",
     "load_documents",
+    "prometheus_triggers",
     "scaledobject_behaviour",
     "validate_all",
     "validate_file",
     "validate_resource",
     "vllm_metric_names",
+    "without_discovery_labels",
 ]
