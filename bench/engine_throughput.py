@@ -399,22 +399,10 @@ def worker_main(args) -> int:
 
 # ---------------------------------------------------------------------------------- the parent
 def tree_cpu_s(pid: int) -> float:
-    """CPU seconds used so far by a process and its live children (vLLM's engine core is one)."""
-    import psutil
+    """CPU seconds of a system's process tree so far (lab_utils.hostperf.tree_cpu_seconds)."""
+    from lab_utils.hostperf import tree_cpu_seconds
 
-    try:
-        root = psutil.Process(pid)
-        procs = [root] + root.children(recursive=True)
-    except psutil.Error:
-        return 0.0
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            continue
-    return total
+    return tree_cpu_seconds(pid)
 
 
 class Worker:

@@ -78,20 +78,9 @@ def make_server(system: str, opts: argparse.Namespace):
 
 def cpu_seconds(srv) -> float:
     """User + system CPU seconds of a server's process and its children so far."""
-    import psutil
+    from lab_utils.hostperf import tree_cpu_seconds
 
-    try:
-        root = psutil.Process(srv.pid)
-        total = 0.0
-        for p in [root, *root.children(recursive=True)]:
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
-        return total
-    except psutil.Error:
-        return math.nan
+    return tree_cpu_seconds(srv.pid) if srv.pid else math.nan
 
 
 def run(srv, prompts: list[str], lens: list[int], n: int, **load) -> dict:

