@@ -97,6 +97,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from lab_utils.hostperf import has_bf16_instructions, tree_cpu_seconds  # noqa: E402 (after the path)
+
 OUT = Path(__file__).resolve().parent.parent / "out" / "bench"
 SYSTEMS = ("engine", "engine-spec", "vllm", "vllm-spec")
 
@@ -105,28 +107,22 @@ SYSTEMS = ("engine", "engine-spec", "vllm", "vllm-spec")
 def sharegpt_requests(num_requests: int, seed: int, tokenizer, max_model_len: int) -> tuple[list, str]:
     """(prompt token ids, output length) for `num_requests` ShareGPT first turns, and a note.
 
-    Conversations are shuffled with `seed` and tokenized one by one until enough pairs pass the
-    length filter, so only what is used is tokenized (the whole file takes about a minute).
+    The seeded draw of `sharegpt.seeded_draws` (vLLM's length filter, only what is used tokenized),
+    less the pairs longer than the context.
     """
     from lab_utils.sim import sharegpt
 
     data = sharegpt.read()
-    pairs = sharegpt.first_turns(data.conversations)
-    order = list(range(len(pairs)))
-    random.Random(seed).shuffle(order)
     out = []
-    for i in order:
-        prompt, reply = pairs[i]
-        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        n_out = len(tokenizer(reply, add_special_tokens=False)["input_ids"])
-        if sharegpt.keep(len(ids), n_out) and len(ids) + n_out <= max_model_len:
+    for _, ids, n_out in sharegpt.seeded_draws(seed, tokenizer, data):
+        if len(ids) + n_out <= max_model_len:
             out.append((ids, n_out))
             if len(out) == num_requests:
                 break
     note = (
         f"ShareGPT: {len(data.conversations):,} complete conversations"
         f"{' (the file is cut short; its last, partial record skipped)' if data.truncated else ''}, "
-        f"{len(pairs):,} open with a human turn"
+        f"{len(sharegpt.first_turns(data.conversations)):,} open with a human turn"
     )
     return out, note
 
@@ -398,13 +394,6 @@ def worker_main(args) -> int:
 
 
 # ---------------------------------------------------------------------------------- the parent
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds of a system's process tree so far (lab_utils.hostperf.tree_cpu_seconds)."""
-    from lab_utils.hostperf import tree_cpu_seconds
-
-    return tree_cpu_seconds(pid)
-
-
 class Worker:
     """A system waiting in its own process; `run` sends one command and returns its result."""
 
@@ -426,13 +415,13 @@ class Worker:
         return False
 
     def run(self, cmd: dict) -> dict:
-        c0 = tree_cpu_s(self.proc.pid)
+        c0 = tree_cpu_seconds(self.proc.pid)
         self.proc.stdin.write(json.dumps(cmd) + "\n")
         self.proc.stdin.flush()
         for line in self.proc.stdout:
             if line.startswith("RESULT "):
                 result = json.loads(line[len("RESULT ") :])
-                result["cpu_s"] = tree_cpu_s(self.proc.pid) - c0
+                result["cpu_s"] = tree_cpu_seconds(self.proc.pid) - c0
                 return result
         return {"error": f"the {self.name} process ended (exit {self.proc.wait()}); see {self.log.name}"}
 
@@ -454,15 +443,6 @@ def worker_argv(args, name: str) -> list[str]:
     if args.transformers_static:
         argv.append("--transformers-static")
     return argv
-
-
-def has_bf16_hardware() -> bool:
-    flags = ""
-    try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags"))
-    except (OSError, StopIteration):
-        pass
-    return " avx512_bf16" in flags or " amx_bf16" in flags
 
 
 def main() -> int:
@@ -529,7 +509,9 @@ def main() -> int:
         flush=True,
     )
     dtypes = (
-        args.dtypes.split(",") if args.dtypes else ["float32"] + (["bfloat16"] if has_bf16_hardware() else [])
+        args.dtypes.split(",")
+        if args.dtypes
+        else ["float32"] + (["bfloat16"] if has_bf16_instructions() else [])
     )
     names = []
     for dtype in dtypes:
@@ -561,10 +543,10 @@ def main() -> int:
                 for name in order[shift:] + order[:shift]:
                     if temp > 0 and not name.endswith(":float32"):
                         continue
-                    others = {n: tree_cpu_s(w.proc.pid) for n, w in workers.items() if n != name}
+                    others = {n: tree_cpu_seconds(w.proc.pid) for n, w in workers.items() if n != name}
                     r = workers[name].run({"temperature": temp, "seed": 1000 * rnd})
                     for n, c in others.items():
-                        idle_cpu[n] = idle_cpu.get(n, 0.0) + tree_cpu_s(workers[n].proc.pid) - c
+                        idle_cpu[n] = idle_cpu.get(n, 0.0) + tree_cpu_seconds(workers[n].proc.pid) - c
                     results.setdefault((name, temp), []).append(r)
                     if "error" in r:
                         print(f"round {rnd + 1} T={temp} {name}: {r['error']}", flush=True)

@@ -78,13 +78,9 @@ def measure_read_bandwidth(megabytes: int = 256, repeats: int = 7, device: str =
     return result
 
 
-def machine_line() -> str:
-    """One line naming this machine for a benchmark's output: CPU model, the vector and matrix
-    instruction sets that decide the fast dtype (AVX2 only: float32; AVX-512 BF16 or AMX: bf16),
-    and the CPUs this process may use."""
-    import os
-    import platform
-
+def _cpuinfo() -> tuple[str, set[str]]:
+    """(CPU model name, instruction-set flags) of the first CPU in /proc/cpuinfo; ("?", set())
+    where there is none."""
     model, flags = "?", set()
     try:
         for line in open("/proc/cpuinfo"):
@@ -93,6 +89,25 @@ def machine_line() -> str:
             elif line.startswith("flags") and not flags:
                 flags = set(line.split(":", 1)[1].split())
     except OSError:
+        pass
+    return model, flags
+
+
+def has_bf16_instructions() -> bool:
+    """True when the CPU has bf16 arithmetic (AVX512-BF16 or AMX-BF16): bf16 is then a fast dtype."""
+    flags = _cpuinfo()[1]
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def machine_line() -> str:
+    """One line naming this machine for a benchmark's output: CPU model, the vector and matrix
+    instruction sets that decide the fast dtype (AVX2 only: float32; AVX-512 BF16 or AMX: bf16),
+    and the CPUs this process may use."""
+    import os
+    import platform
+
+    model, flags = _cpuinfo()
+    if model == "?":
         model = platform.processor() or "?"
     isa = [
         name

@@ -187,6 +187,21 @@ def sharegpt_workload(
     ]
 
 
+def seeded_draws(seed: int, tokenizer, data: ShareGPT | None = None, chunk: int = 64):
+    """Kept first turns in an order shuffled by `seed`, as (prompt_text, prompt_ids, output_tokens),
+    tokenized `chunk` pairs at a time, so a caller that stops after a few tokenizes only those."""
+    pairs = first_turns((data or read()).conversations)
+    order = list(range(len(pairs)))
+    random.Random(seed).shuffle(order)
+    for start in range(0, len(order), chunk):
+        part = [pairs[i] for i in order[start : start + chunk]]
+        p = tokenizer([a for a, _ in part], add_special_tokens=False)["input_ids"]
+        o = tokenizer([b for _, b in part], add_special_tokens=False)["input_ids"]
+        for (text, _), x, y in zip(part, p, o):
+            if keep(len(x), len(y)):
+                yield text, x, len(y)
+
+
 def sample_prompts(
     n: int, seed: int = 0, tokenizer=None, max_prompt: int = MAX_PROMPT, max_output: int | None = None
 ) -> list[tuple[str, int]]:
@@ -205,17 +220,10 @@ def sample_prompts(
         from lab_utils.models import course_model_path
 
         tokenizer = AutoTokenizer.from_pretrained(course_model_path())
-    pairs = first_turns(read().conversations)
-    order = list(range(len(pairs)))
-    random.Random(seed).shuffle(order)
     out: list[tuple[str, int]] = []
-    for start in range(0, len(order), max(4 * n, 64)):
-        chunk = [pairs[i] for i in order[start : start + max(4 * n, 64)]]
-        p = tokenizer([a for a, _ in chunk], add_special_tokens=False)["input_ids"]
-        o = tokenizer([b for _, b in chunk], add_special_tokens=False)["input_ids"]
-        for (text, _), x, y in zip(chunk, p, o):
-            if keep(len(x), len(y)) and len(x) <= max_prompt:
-                out.append((text, min(len(y), max_output) if max_output else len(y)))
-                if len(out) == n:
-                    return out
+    for text, ids, n_out in seeded_draws(seed, tokenizer, chunk=max(4 * n, 64)):
+        if len(ids) <= max_prompt:
+            out.append((text, min(n_out, max_output) if max_output else n_out))
+            if len(out) == n:
+                return out
     raise ValueError(f"ShareGPT has only {len(out)} kept first turns under these limits; ask for fewer")
