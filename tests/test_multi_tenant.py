@@ -154,19 +154,20 @@ import numpy as np
 
 def p90_by_class(records):
     classes = sorted({r["priority"] for r in records})
-    return {c: float(np.percentile([r["ttft"] for r in records if r["priority"] == c], 90)) for c in classes}
+    return {c: float(np.FN([r["ttft"] for r in records if r["priority"] == c], 90)) for c in classes}
 """
 
 
 @pytest.mark.slow
-def test_a_p90_by_class_built_on_numpy_scores_zero_in_the_sandbox(tmp_path):
+@pytest.mark.parametrize("fn", ["percentile", "nanpercentile"])  # nanpercentile earned 2/2 until forbidden
+def test_a_p90_by_class_built_on_numpy_scores_zero_in_the_sandbox(tmp_path, fn):
     """12.p90_by_class asks for the interpolation, not for a call of numpy's: the judge's sandbox
-    replaces numpy.percentile by a stub that raises."""
+    replaces numpy.percentile and numpy.nanpercentile by stubs that raise."""
     from grader.grader import Grader
     from grader.memorise import save_answers
 
     ns = {"__name__": "__main__"}
-    exec(compile(_NUMPY_P90, "<notebook>", "exec"), ns)
+    exec(compile(_NUMPY_P90.replace("FN", fn), "<notebook>", "exec"), ns)
     records = [{"priority": 0, "ttft": 1.0}, {"priority": 1, "ttft": 2.0}, {"priority": 1, "ttft": 4.0}]
     assert ns["p90_by_class"](records)[1] == pytest.approx(3.8)  # it works outside the sandbox
     save_answers({"p90_by_class": ns["p90_by_class"]}, tmp_path / "answers")
@@ -176,3 +177,39 @@ def test_a_p90_by_class_built_on_numpy_scores_zero_in_the_sandbox(tmp_path):
     finally:
         grader.close()
     assert results["12.p90_by_class"].earned == 0, results["12.p90_by_class"].message
+
+
+_NUMPY_TPOT = """
+import numpy as np
+
+
+def tpot_by_model(records):
+    out = {}
+    for m in {r["model"] for r in records}:
+        xs = [(r["e2e"] - r["ttft"]) / (r["output_tokens"] - 1) for r in records
+              if r["model"] == m and r["ok"] and r["output_tokens"] >= 2]
+        out[m] = float(np.nanpercentile(xs, 50)) if xs else float("nan")
+    return out
+"""
+
+
+@pytest.mark.slow
+def test_a_tpot_by_model_built_on_numpy_scores_zero_in_the_sandbox(tmp_path):
+    """12.tpot_by_model asks for the median: numpy's nanpercentile at 50 is stubbed in the sandbox too."""
+    from grader.grader import Grader
+    from grader.memorise import save_answers
+
+    ns = {"__name__": "__main__"}
+    exec(compile(_NUMPY_TPOT, "<notebook>", "exec"), ns)
+    recs = [
+        {"model": "a", "ok": True, "ttft": 1.0, "e2e": 2.0, "output_tokens": 11},
+        {"model": "a", "ok": True, "ttft": 1.0, "e2e": 4.0, "output_tokens": 11},
+    ]
+    assert ns["tpot_by_model"](recs)["a"] == pytest.approx(0.2)  # it works outside the sandbox
+    save_answers({"tpot_by_model": ns["tpot_by_model"]}, tmp_path / "answers")
+    grader = Grader(tmp_path / "out", seed=5, copies="off")
+    try:
+        results = {r.id: r for r in grader.judge_saved("12", tmp_path / "answers")}
+    finally:
+        grader.close()
+    assert results["12.tpot_by_model"].earned == 0, results["12.tpot_by_model"].message

@@ -116,6 +116,8 @@ def _(counter_rate):
         "lab_utils.mathutils:percentile",
         "numpy:percentile",
         "numpy:quantile",
+        "numpy:nanpercentile",
+        "numpy:nanquantile",
         "statistics:quantiles",
     ],
 )
@@ -182,6 +184,9 @@ def _(predict_high_p90):
         "numpy:median",
         "numpy:percentile",
         "numpy:quantile",
+        "numpy:nanmedian",
+        "numpy:nanpercentile",
+        "numpy:nanquantile",
     ],
 )
 def _(tpot_by_model):
