@@ -3,12 +3,14 @@
 For every lab in solutions/ (labs added later are picked up automatically):
 
 - the solution runs in CPU mode under grading seed A and scores full marks;
-- the same run's saved answers, turned into a *memorised* submission (values typed in, measured
-  objects re-typed as dicts, answer functions replaced by lookup tables of the public checks'
-  cases), score at most a quarter of the points under seed B — no notebook is run again for this;
+- the same run's saved answers become four bypass submissions (`grader.memorise`): *memorised*
+  (values typed in, answer functions replaced by lookup tables of the public checks' cases),
+  *imported* (each forbidden reference under the answer's name), *pasted* (each reference's source
+  pasted in) and *copied prediction* (each prediction assigned from its measurement); judged in the
+  sandbox under seed B, each earns at most a tenth of the points; no notebook runs again for this;
 - the solution runs again under seed B and still scores full marks; this second run skips the
-  sections behind RUN_VLLM / RUN_REAL (their answers are measurements the grader re-derives from
-  raw samples, and the seed-A run already proved them), so every question whose answers it
+  sections behind RUN_VLLM / RUN_REAL (the functions there are graded on hidden raw data, and the seed-A run
+  already proved them), so every question whose answers it
   produced must score full;
 - the generated student copy (answers stubbed) runs to its last cell and scores zero.
 
