@@ -126,12 +126,21 @@ def forbid(specs: list[str]) -> None:
         guarded = (
             _guard_class(original, spec) if isinstance(original, type) else _guard_function(original, spec)
         )
+        # the course library's copies, and a foreign package's own submodules that hold the same
+        # object (numpy.percentile is also numpy.lib._function_base_impl.percentile)
+        root = module_name.split(".")[0]
         for mod in list(sys.modules.values()):
-            if not getattr(mod, "__name__", "").startswith("lab_utils"):
+            mod_name = getattr(mod, "__name__", "")
+            if not isinstance(mod_name, str) or not (
+                mod_name.startswith("lab_utils") or mod_name.split(".")[0] == root
+            ):
                 continue
             for key, value in list(vars(mod).items()):
                 if value is original:
-                    setattr(mod, key, guarded)
+                    try:
+                        setattr(mod, key, guarded)
+                    except (AttributeError, TypeError):
+                        pass
         if owner is not module:
             setattr(owner, name, guarded)
         elif not module_name.startswith("lab_utils"):  # numpy:percentile: the module's own name too
