@@ -223,6 +223,34 @@ FACTS: dict[str, Fact] = {
         source="TensorRT-LLM API reference, KvCacheConfig (docs 1.4.0rc4)",
         date="2026-12-01",
     ),
+    "trtllm.max_gpu_total_bytes_default": Fact(
+        ("max_gpu_total_bytes", 0),
+        "KvCacheConfig.max_gpu_total_bytes defaults to 0, which sets no byte cap; a positive value caps "
+        "the KV cache's bytes on each GPU",
+        source="TensorRT-LLM API reference, KvCacheConfig (docs 1.4.0rc4); "
+        "tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator",
+        date="2026-12-02",
+    ),
+    "triton.llmapi_layout": Fact(
+        {
+            "folder": "tensorrt_llm",
+            "file": "1/model.yaml",
+            "template": "tensorrt_llm/triton_backend/all_models/llmapi",
+            "triton_max_batch_size": 0,
+        },
+        "the llmapi model is the folder tensorrt_llm/ whose 1/model.yaml a deployment edits; model.py and "
+        "config.pbtxt come with the -trtllm-python-py3 container; its triton_config keeps max_batch_size at 0 "
+        "(batching happens in the LLM API's executor)",
+        source="triton-inference-server/tensorrtllm_backend docs/llmapi.md (PRs #852, #858); the template's "
+        "tensorrt_llm/1/model.yaml",
+        date="2026-12-02",
+    ),
+    "triton.llmapi_backend": Fact(
+        "pytorch",
+        "the llmapi template's model.yaml sets backend: pytorch",
+        source="TensorRT-LLM tensorrt_llm/triton_backend/all_models/llmapi/tensorrt_llm/1/model.yaml",
+        date="2026-12-02",
+    ),
     "trtllm.engine_backend_removed": Fact(
         "2026-07",
         "Triton's C++ TensorRT-LLM engine backend (gpt_model_type, gpt_model_path) was removed; the "

@@ -232,6 +232,58 @@ def check_modal_web_server(v):
     return _missing("modal.web_server parameters", v, _params(modal.web_server))
 
 
+def check_trtllm_max_gpu_total_bytes(v):
+    from lab_utils.trtllm.options import LLM_API_OPTIONS
+
+    key, no_cap = v
+    opt = LLM_API_OPTIONS["kv_cache_config"].nested.get(key)
+    if opt is None:
+        return [f"kv_cache_config.{key} is not in the course's schema"]
+    return _same(f"the schema's {key} lower bound (its no-cap value)", no_cap, opt.low) + (
+        [] if f"{no_cap}: no cap" in opt.doc else [f"the schema's {key} doc does not say {no_cap} is no cap"]
+    )
+
+
+def _llmapi_body():
+    import yaml
+
+    from lab_utils.triton.llm_backends import llmapi_model_yaml
+
+    return yaml.safe_load(llmapi_model_yaml("m"))
+
+
+def check_llmapi_layout(v):
+    import tempfile
+
+    from lab_utils.triton.llm_backends import LLMAPI_TEMPLATE, llmapi_model_yaml, write_llmapi_model
+
+    folder = write_llmapi_model(tempfile.mkdtemp(), llmapi_model_yaml("m"))
+    triton = _llmapi_body()["triton_config"]
+    return (
+        _same("LLMAPI_TEMPLATE", v["template"], LLMAPI_TEMPLATE)
+        + _same(
+            "llmapi_model_yaml's triton_config.max_batch_size",
+            v["triton_max_batch_size"],
+            triton["max_batch_size"],
+        )
+        + _same(
+            "the llmapi model folder write_llmapi_model lays out",
+            (v["folder"], v["file"]),
+            (folder.name, "1/model.yaml" if (folder / "1" / "model.yaml").is_file() else None),
+        )
+    )
+
+
+def check_llmapi_backend(v):
+    from lab_utils.trtllm.options import OptionsError, validate_options
+
+    try:
+        validate_options({"backend": v})
+    except OptionsError as err:
+        return [f"backend {v!r} is not in the course's LLM API schema: {err}"]
+    return _same("llmapi_model_yaml's backend", v, _llmapi_body()["backend"])
+
+
 CHECKS: dict[str, Callable[[Any], list[str]]] = {
     "vllm.version": check_vllm_version,
     "vllm.gpu_memory_utilization": check_gpu_memory_utilization,
@@ -248,6 +300,9 @@ CHECKS: dict[str, Callable[[Any], list[str]]] = {
     "trtllm.llm_api_options": check_trtllm_options,
     "trtllm.kv_cache_config_options": check_trtllm_kv_options,
     "trtllm.free_gpu_memory_fraction": check_trtllm_free_fraction,
+    "trtllm.max_gpu_total_bytes_default": check_trtllm_max_gpu_total_bytes,
+    "triton.llmapi_layout": check_llmapi_layout,
+    "triton.llmapi_backend": check_llmapi_backend,
     "modal.function_params": check_modal_function,
     "modal.renamed": check_modal_renamed,
     "modal.concurrent_params": check_modal_concurrent,

@@ -7,9 +7,14 @@ vLLM backend: the model folder holds `1/model.json`, whose keys are vLLM engine 
 (the same names as `vllm serve` flags, with underscores), and a short config.pbtxt. The backend
 does continuous batching and paged KV inside vLLM; Triton's dynamic batcher is not involved.
 
-TensorRT-LLM backend (`backend: "tensorrtllm"`): the config.pbtxt's `parameters` carry the
-engine's batch manager settings. Its template, filled by the backend's `fill_template.py`, names
-the batching choice `batching_strategy`; the key it lands under is `gpt_model_type`.
+TensorRT-LLM today: the `llmapi` model of tensorrtllm_backend, a python-backend model whose one
+edited file is `tensorrt_llm/1/model.yaml` (LLM API arguments plus a `triton_config` block):
+`llmapi_model_yaml` writes and validates it, `write_llmapi_model` lays out the folder,
+`read_llmapi_model` checks one back (tensorrtllm_backend docs/llmapi.md; lab_utils.facts).
+
+Historical: the C++ engine backend (`backend: "tensorrtllm"`, `gpt_model_path`, `gpt_model_type`)
+was removed in 2026-07 (TensorRT-LLM PR #15907). `trtllm_config` still writes its config.pbtxt
+for reading old deployments; no lab generates one as the current form.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import importlib.util
 import json
 from pathlib import Path
 from typing import Any
+
+from lab_utils.facts import fact
 
 from .config import (
     GPT_MODEL_TYPES,
@@ -108,7 +115,7 @@ def vllm_backend_config(name: str) -> str:
     return text
 
 
-# -- TensorRT-LLM backend -------------------------------------------------------------------
+# -- Historical: the C++ TensorRT-LLM engine backend (removed 2026-07, PR #15907) -------------
 def trtllm_config(
     *,
     engine_dir: str,
@@ -122,7 +129,10 @@ def trtllm_config(
     max_queue_delay_microseconds: int = 0,
     name: str = "tensorrt_llm",
 ) -> str:
-    """config.pbtxt for Triton's TensorRT-LLM backend (in-flight batching), validated.
+    """Historical: config.pbtxt of Triton's removed C++ TensorRT-LLM engine backend, validated.
+
+    Kept for reading deployments of releases before 2026-07; the current form is the llmapi
+    model (`llmapi_model_yaml`).
 
     The KV cache gets `kv_cache_free_gpu_mem_fraction` of the GPU memory left after the engine
     loads, capped at `max_tokens_in_paged_kv_cache` tokens when that is set.
@@ -213,7 +223,7 @@ def write_vllm_model(repo: str | Path, name: str, model_json: dict[str, Any]) ->
 
 
 # -- TensorRT-LLM through the LLM API: the llmapi model (replaces the engine backend above) ---------
-LLMAPI_TEMPLATE = "tensorrt_llm/triton_backend/all_models/llmapi"  # in the -trtllm-python-py3 container
+LLMAPI_TEMPLATE = fact("triton.llmapi_layout")["template"]  # in the -trtllm-python-py3 container
 
 
 def llmapi_model_yaml(
@@ -240,10 +250,61 @@ def llmapi_model_yaml(
     for key in ("model", "triton_config"):
         if key in opts:
             raise ValueError(f"{key} is set by its own argument, not in options")
-    opts = {"backend": opts.pop("backend", "pytorch"), **opts}
+    opts = {"backend": opts.pop("backend", fact("triton.llmapi_backend")), **opts}
     validate_options(opts)
     if max_batch_size < 0:
         raise ValueError(f"max_batch_size must be >= 0, got {max_batch_size}")
     triton = {"max_batch_size": int(max_batch_size), "decoupled": bool(decoupled)}
     body = {"model": model, **opts, "triton_config": triton}
     return yaml.safe_dump(body, sort_keys=False)
+
+
+def read_llmapi_model(text: str) -> dict[str, Any]:
+    """Parse and check a `tensorrt_llm/1/model.yaml` of the llmapi model; returns the parsed dict.
+
+    Raises ValueError naming what Triton's llmapi model would refuse: no `model`, engine-backend
+    parameter names, a `triton_config` that is not a mapping, LLM API options outside the schema
+    the course keeps (`lab_utils.trtllm.options`).
+    """
+    import yaml
+
+    from lab_utils.trtllm.options import validate_options
+
+    body = yaml.safe_load(text)
+    if not isinstance(body, dict) or not body.get("model"):
+        raise ValueError("model.yaml needs a `model`: a Hugging Face id or a local folder")
+    old = sorted(k for k in body if k in _ENGINE_BACKEND_KEYS)
+    if old:
+        raise ValueError(
+            f"{', '.join(old)}: parameters of the removed C++ engine backend's config.pbtxt, not "
+            "LLM API arguments (lab 08 maps them to LLM API names)"
+        )
+    triton = body.get("triton_config", {})
+    if not isinstance(triton, dict):
+        raise ValueError("triton_config is a mapping of config.pbtxt overrides")
+    validate_options({k: v for k, v in body.items() if k not in ("model", "triton_config")})
+    return body
+
+
+_ENGINE_BACKEND_KEYS = {
+    "gpt_model_path",
+    "gpt_model_type",
+    "kv_cache_free_gpu_mem_fraction",
+    "max_tokens_in_paged_kv_cache",
+    "batch_scheduler_policy",
+    "enable_kv_cache_reuse",
+    "engine_dir",
+}
+
+
+def write_llmapi_model(repo: str | Path, model_yaml: str, name: str = "tensorrt_llm") -> Path:
+    """Write `<repo>/<name>/1/model.yaml` (checked with `read_llmapi_model`); returns the model folder.
+
+    `model.py` and `config.pbtxt` of the llmapi model come from the container (`LLMAPI_TEMPLATE`):
+    copy that folder over this one on the GPU machine, keeping this model.yaml.
+    """
+    read_llmapi_model(model_yaml)
+    folder = Path(repo) / name
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "1" / "model.yaml").write_text(model_yaml)
+    return folder
