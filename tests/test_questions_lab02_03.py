@@ -477,6 +477,14 @@ def test_reference_kv_manager_and_helpers_score_zero():
     r = _graded("02.vllm_hits", {**lab02_answers(SEEDS[0]), "prefix_cache_delta": via_course_parser})
     assert r.earned == 0 and r.status == "uses the reference", r
 
+    def via_drill_calc(shared, n, block_size):  # lab 11's calculator: whole blocks of the prefix
+        from lab_utils.drills.calc import cached_prefix_tokens
+
+        return (n - 1) * cached_prefix_tokens(shared, block_size)
+
+    r = _graded("02.vllm_hits", {**lab02_answers(SEEDS[0]), "predicted_prefix_hits": via_drill_calc})
+    assert r.earned == 0 and r.status == "uses the reference", r
+
 
 def test_prefix_cache_delta_must_parse_the_page():
     """Substring matches add the deprecated alias or neighbours; splitting on spaces breaks on labels."""
@@ -524,6 +532,13 @@ def test_simulating_instead_of_reasoning_scores_zero():
     for fn in (simulated_gain, via_measure):
         r = _graded("03.predict_gain", {"predicted_no_queue_gain": fn})
         assert r.earned == 0 and r.status == "uses the reference", r
+
+    def simulated_utilisation(lens):  # the simulator's run of the batch, its slot-steps counted
+        run = simulate(fixed_workload([1] * len(lens), list(lens)), StaticBatching(len(lens)), StepCostModel(0.01, 0))
+        return sum(len(s.decode) + len(s.prefill) for s in run.steps) / (len(lens) * len(run.steps))
+
+    r = _graded("03.static_utilisation", {"static_slot_utilisation": simulated_utilisation})
+    assert r.earned == 0 and r.status == "uses the reference", r
 
 
 def test_the_library_measurement_as_the_analysis_scores_zero():

@@ -270,7 +270,19 @@ vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1000.0
 """
 
 
-@question("02.vllm_hits", points=2, answers=["predicted_prefix_hits", "prefix_cache_delta"], forbid=_PROM)
+# lab 11's drill calculator counts the tokens a block-based prefix cache reuses: one call, the answer
+_PREFIX_CALC = [
+    "lab_utils.drills.calc:cached_prefix_tokens",
+    "lab_utils.drills.calc:prefill_saved_fraction",
+]
+
+
+@question(
+    "02.vllm_hits",
+    points=2,
+    answers=["predicted_prefix_hits", "prefix_cache_delta"],
+    forbid=_PREFIX_CALC + _PROM,
+)
 def _(predicted_prefix_hits, prefix_cache_delta):
     """Prefix-cache hit tokens vLLM should report for N requests sharing a prefix, sent one by one; and
     prefix_cache_delta(before, after): (hit tokens, queried tokens) between two /metrics scrapes."""

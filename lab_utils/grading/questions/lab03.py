@@ -46,25 +46,6 @@ def _(rng):
     }
 
 
-# --- 03.static_utilisation ---------------------------------------------------------------------
-
-
-@question(
-    "03.static_utilisation",
-    points=2,
-    answers=["static_slot_utilisation"],
-    forbid=["lab_utils.sim.metrics:slot_utilisation"],
-)
-def _(static_slot_utilisation):
-    """Fraction of slot-steps of one static batch that produce a token."""
-    assert close(static_slot_utilisation([10, 10]), 1.0, 1e-9), "requests of equal length waste no slot"
-    got = float(static_slot_utilisation([1, 3]))
-    assert 0 < got < 1, "a batch with unequal lengths keeps some slots busy for nothing"
-    assert close(static_slot_utilisation([3, 1]), got, 1e-9), "the order of requests does not matter"
-
-
-# --- 03.queue_ratios ---------------------------------------------------------------------------
-
 # Course code that runs the simulator for you: a prediction or a ratio to reason out may not call it
 # (the notebook checks your reasoning with it afterwards).
 _SIMULATORS = [
@@ -84,6 +65,27 @@ _SIMULATORS = [
     "lab_utils.deploy.disagg:compare_pools",
     "lab_utils.viz.timeline:explorer_result",
 ]
+
+
+# --- 03.static_utilisation ---------------------------------------------------------------------
+
+
+@question(
+    "03.static_utilisation",
+    points=2,
+    answers=["static_slot_utilisation"],
+    forbid=["lab_utils.sim.metrics:slot_utilisation", *_SIMULATORS],
+)
+def _(static_slot_utilisation):
+    """Fraction of slot-steps of one static batch that produce a token."""
+    assert close(static_slot_utilisation([10, 10]), 1.0, 1e-9), "requests of equal length waste no slot"
+    got = float(static_slot_utilisation([1, 3]))
+    assert 0 < got < 1, "a batch with unequal lengths keeps some slots busy for nothing"
+    assert close(static_slot_utilisation([3, 1]), got, 1e-9), "the order of requests does not matter"
+
+
+# --- 03.queue_ratios ---------------------------------------------------------------------------
+
 
 # a small batch (public case): three requests of 10 tokens and one of 40
 _PUBLIC_BATCH = {
