@@ -107,6 +107,11 @@ FACTS: dict[str, Fact] = {
         "the server's API key can come from the VLLM_API_KEY environment variable",
         checked=f"{_VLLM}: vllm/envs.py",
     ),
+    "vllm.max_lora_ranks": Fact(
+        (1, 8, 16, 32, 64, 128, 256, 320, 512),
+        "--max-lora-rank takes only these values, and every adapter slot is sized by it (lab 12)",
+        checked=f"{_VLLM}: vllm/config/lora.py, MaxLoRARanks",
+    ),
     "vllm.official_cpu_wheels_since": Fact(
         "0.17",
         "vLLM publishes official x86 CPU wheels of its own (not on PyPI) since 0.17",

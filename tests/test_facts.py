@@ -149,6 +149,14 @@ def check_api_key_env(v):
     return _missing("vllm/envs.py variables", (v,), set(re.findall(r'"(VLLM_[A-Z_]+)"', _src("envs.py"))))
 
 
+def check_max_lora_ranks(v):
+    import typing
+
+    from vllm.config.lora import MaxLoRARanks
+
+    return _same("vllm.config.lora.MaxLoRARanks", tuple(v), typing.get_args(MaxLoRARanks))
+
+
 def check_tgi_defaults(v):
     from lab_utils.tgi.__main__ import parse_args
     from lab_utils.tgi.admission import TGIConfig
@@ -295,6 +303,7 @@ CHECKS: dict[str, Callable[[Any], list[str]]] = {
     "vllm.structured_outputs_request_key": check_structured_request_key,
     "vllm.structured_outputs_fields": check_structured_fields,
     "vllm.api_key_env": check_api_key_env,
+    "vllm.max_lora_ranks": check_max_lora_ranks,
     "tgi.launcher_defaults": check_tgi_defaults,
     "triton.cpu_server_version": check_triton_cpu_version,
     "trtllm.llm_api_options": check_trtllm_options,
@@ -410,7 +419,8 @@ def _changed(value: Any) -> Any:
     if isinstance(value, str):
         return value[:-1] + ("9" if value[-1] != "9" else "8")
     if isinstance(value, tuple):
-        return (value[0] + "_renamed",) + value[1:]
+        head = value[0] * 2 if isinstance(value[0], int) else value[0] + "_renamed"
+        return (head,) + value[1:]
     if isinstance(value, dict):
         k = next(iter(value))
         return {**value, k: _changed(value[k])}
