@@ -451,3 +451,127 @@ def test_the_answers_agree_with_real_engine_runs(course_model):
     for b, r in runs.items():
         step_s = sum(r.time_split().values())
         assert abs(got[b] - r.output_tokens / step_s) < 1e-6 * got[b]
+
+
+def test_a_prediction_run_through_the_engine_scores_zero():
+    """Running the scenario's requests through the course scheduler on fake tokens and reading the
+    blocks (or searching for a cache that preempts) is a measurement: both questions forbid it."""
+    from lab_utils.engine import Request, SamplingParams, Scheduler, SchedulerConfig
+    from lab_utils.grading.questions.lab04 import _scenario_engine
+    from lab_utils.kv import KVCacheManager
+
+    def simulated_blocks(scenario):
+        bs = scenario["block_size"]
+        s = Scheduler(
+            KVCacheManager(4096, bs, enable_caching=False),
+            SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=4096),
+        )
+        ids = [str(i) for i in range(len(scenario["prompt_lens"]))]
+        for rid, n in zip(ids, scenario["prompt_lens"]):
+            s.add_request(
+                Request(
+                    rid,
+                    list(range(100, 100 + n)),
+                    SamplingParams(temperature=0, max_tokens=scenario["max_tokens"]),
+                )
+            )
+        peak = dict.fromkeys(ids, 0)
+        while s.has_unfinished_requests():
+            out = s.schedule()
+            for rid, table in out.block_tables.items():
+                peak[rid] = max(peak[rid], len(table))
+            sampled = {
+                rid: 5
+                for rid, n in out.num_scheduled_tokens.items()
+                if out.num_computed_tokens[rid] + n == s.requests[rid].num_tokens
+            }
+            s.update_from_output(out, sampled)
+        return [peak[rid] for rid in ids]
+
+    def searched_blocks(scenario):
+        n = 1
+        while True:
+            s = _scenario_engine(n, scenario)
+            if s.num_preemptions and not s.has_unfinished_requests():
+                return n
+            n += 1
+
+    ns = solution_namespace("04", SEEDS[0])
+    case = lab_scenario("04", SEEDS[0])
+    assert simulated_blocks(case) == ns["predicted_blocks"](case)  # outside the sandbox it works
+    assert earned("04.blocks_needed", {"predicted_blocks": simulated_blocks}, SEEDS[0]) == 0
+    answers = {**answers_for("04.preemption", ns), "tight_blocks": searched_blocks}
+    assert earned("04.preemption", answers, SEEDS[0]) == 0
+
+
+def test_other_metric_readers_and_percentile_helpers_score_zero():
+    """Lab 02's metrics reader and prometheus_client's parser read a gauge in one call; numpy's
+    default percentile is the interpolation the SLO asks for; lab 01's KV report logs the
+    concurrency: each is forbidden where it would be the answer."""
+    import numpy as np
+
+    from lab_utils.kv.metrics import parse_prometheus as kv_parse
+    from lab_utils.memory.kv import vllm_kv_cache_report
+    from lab_utils.memory.spec import ModelSpec
+
+    def via_kv_reader(text, name):
+        return kv_parse(text).get(name, math.nan)
+
+    def via_prometheus_client(text, name):
+        from prometheus_client.parser import text_string_to_metric_families
+
+        values = [s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name]
+        return sum(values) if values else math.nan
+
+    for reader in (via_kv_reader, via_prometheus_client):
+        assert earned("05.gauge_value", {"gauge_value": reader}, SEEDS[0]) == 0, reader.__name__
+
+    ns = solution_namespace("05", SEEDS[0])
+
+    def numpy_best(sweep, slo):
+        ok = {
+            c: v
+            for c, v in sweep.items()
+            if v["records"]
+            and all(r["error"] is None and r["finish"] is not None for r in v["records"])
+            and np.percentile([r["ttft"] for r in v["records"]], 95) <= slo
+        }
+        return (
+            max(ok, key=lambda c: ns["output_tok_s"](ok[c]["records"], ok[c]["duration_s"])) if ok else None
+        )
+
+    answers = {**answers_for("05.sweep", ns), "best_concurrency": numpy_best}
+    assert earned("05.sweep", answers, SEEDS[0]) == 0
+
+    def via_report(flags, goal):
+        per = goal["bytes_per_token"]
+        spec = ModelSpec(  # a made-up model whose K and V take the goal's bytes per token
+            name="x",
+            num_layers=1,
+            hidden_size=per // 2,
+            num_attention_heads=1,
+            num_kv_heads=1,
+            head_dim=per // 2,
+            intermediate_size=1,
+            vocab_size=1,
+            max_position_embeddings=1 << 20,
+        )
+        kv = int(flags["kv_cache_gib"] * 2**30)
+        return vllm_kv_cache_report(
+            kv, spec, "int8", goal["block_size"], flags["max_model_len"]
+        ).max_concurrency
+
+    goal = lab_scenario("05", SEEDS[0])
+    flags = ns["flags_for_goal"](goal)
+    assert via_report(flags, goal) == ns["predicted_concurrency"](flags, goal)  # outside the sandbox
+    answers = {**answers_for("05.flags_for_goal", ns), "predicted_concurrency": via_report}
+    assert earned("05.flags_for_goal", answers, SEEDS[0]) < 0.6 * get("05.flags_for_goal").points
+
+
+def test_client_kwargs_that_only_appends_v1_fails():
+    """An address that already points at the OpenAI routes must not get a second /v1."""
+
+    def appends(server_url, api_key=None):
+        return {"base_url": server_url.rstrip("/") + "/v1", "api_key": api_key or "EMPTY"}
+
+    assert earned("05.client_kwargs", {"client_kwargs": appends}, SEEDS[0]) == 0

@@ -20,12 +20,6 @@ from lab_utils.grading import get, questions_for, score
 SEEDS = (3, 1234567)
 
 
-def tgi_min_batch_size(running, waiting_tokens, ratio, max_waiting_tokens):
-    if waiting_tokens >= max_waiting_tokens:
-        return None
-    return math.floor(running * ratio)
-
-
 def tgi_next_batch(waiting, min_size, max_size, prefill_budget, token_budget):
     if not waiting or prefill_budget <= 0 or token_budget <= 0:
         return 0
@@ -46,6 +40,17 @@ def tgi_next_batch(waiting, min_size, max_size, prefill_budget, token_budget):
     return taken
 
 
+def tgi_admitted(batch, waiting, waiting_tokens, cfg):
+    min_size = None
+    if batch and waiting_tokens < cfg["max_waiting_tokens"]:
+        min_size = math.floor(len(batch) * cfg["waiting_served_ratio"])
+    max_size = None if cfg["max_batch_size"] is None else cfg["max_batch_size"] - len(batch)
+    held = sum(p + m - 1 for p, m in batch)
+    return tgi_next_batch(
+        waiting, min_size, max_size, cfg["max_batch_prefill_tokens"], cfg["max_batch_total_tokens"] - held
+    )
+
+
 def first_token_steps(n, prompt_len, budget, ratio, max_wait):
     queue = [(prompt_len, 400)] * n
     first, running, step, waiting_tokens, decode_next = [], 0, 0, 0, False
@@ -54,8 +59,14 @@ def first_token_steps(n, prompt_len, budget, ratio, max_wait):
         if running and decode_next:
             decode_next, waiting_tokens = False, waiting_tokens + 1
             continue
-        min_size = tgi_min_batch_size(running, waiting_tokens, ratio, max_wait) if running else None
-        k = tgi_next_batch(queue[len(first) :], min_size, None, budget, 10**12)
+        cfg = {
+            "waiting_served_ratio": ratio,
+            "max_waiting_tokens": max_wait,
+            "max_batch_size": None,
+            "max_batch_prefill_tokens": budget,
+            "max_batch_total_tokens": 10**12,
+        }
+        k = tgi_admitted(queue[:running], queue[len(first) :], waiting_tokens, cfg)
         if k:
             decode_next = running > 0
             first += [step] * k
@@ -124,7 +135,7 @@ def mean_decode_batch(steps):
 
 def answers() -> dict:
     return {
-        "tgi_min_batch_size": tgi_min_batch_size,
+        "tgi_admitted": tgi_admitted,
         "tgi_next_batch": tgi_next_batch,
         "first_token_steps": first_token_steps,
         "tgi_to_vllm": tgi_to_vllm,
@@ -228,3 +239,57 @@ def test_stubs_fail_the_public_checks():
 
     for q in questions_for("06"):
         assert score(q, {n: stub for n in q.answers}).earned == 0
+
+
+def test_a_schema_written_by_pydantic_scores_zero():
+    """pydantic writes exactly the schema asked for from Python types; the question forbids it."""
+
+    def via_pydantic(fields):
+        import typing
+
+        import pydantic
+
+        kinds = {"string": str, "integer": int, "number": float, "boolean": bool}
+        ann = {}
+        for name, kind in fields.items():
+            if isinstance(kind, list):
+                ann[name] = (typing.Literal[tuple(kind)], ...)
+            elif kind.endswith("?"):
+                ann[name] = (kinds[kind[:-1]] | None, ...)
+            else:
+                ann[name] = (kinds[kind], ...)
+        model = pydantic.create_model("Record", __config__=pydantic.ConfigDict(extra="forbid"), **ann)
+        return model.model_json_schema()
+
+    from lab_utils.grading.questions.lab06 import _schema_ok
+
+    fields = {"city": "string", "founded": "integer?", "continent": ["Asia", "Europe"]}
+    assert _schema_ok(via_pydantic(fields), fields)  # outside the sandbox it is the whole answer
+    a = answers()
+    a["make_schema"] = via_pydantic
+    assert score_graded(get("06.make_schema"), a, 3).earned == 0
+
+
+def test_admission_mistakes_fail():
+    """Forgetting the running batch's reservations or its size cap, or holding out one decode step
+    too long, each fails the hidden router states."""
+
+    def ignores_reservations(batch, waiting, waiting_tokens, cfg):
+        held = sum(p + m - 1 for p, m in batch)
+        return tgi_admitted(
+            batch,
+            waiting,
+            waiting_tokens,
+            {**cfg, "max_batch_total_tokens": cfg["max_batch_total_tokens"] + held},
+        )
+
+    def ignores_the_cap(batch, waiting, waiting_tokens, cfg):
+        return tgi_admitted(batch, waiting, waiting_tokens, {**cfg, "max_batch_size": None})
+
+    def waits_one_step_more(batch, waiting, waiting_tokens, cfg):
+        return tgi_admitted(batch, waiting, waiting_tokens - 1, cfg)
+
+    for wrong in (ignores_reservations, ignores_the_cap, waits_one_step_more):
+        a = answers()
+        a["tgi_admitted"] = wrong
+        assert score_graded(get("06.admitted"), a, 3).earned == 0, wrong.__name__

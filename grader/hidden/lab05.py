@@ -61,12 +61,12 @@ def _(client_kwargs, rng, scenario):
     wrong = 0
     for _ in range(12):
         url = f"http://{rng.choice(['127.0.0.1', 'localhost', '10.1.2.3', 'vllm.internal'])}:{rng.randint(1024, 65000)}"
-        url += rng.choice(["", "/"])
+        url += rng.choice(["", "/", "", "/v1", "/v1/"])  # an address, or one that points at the routes
         key = rng.choice([None, "".join(rng.choice(string.ascii_letters) for _ in range(8))])
         got = dict(client_kwargs(url, api_key=key) if key or rng.random() < 0.5 else client_kwargs(url))
         ok = (
             set(got) == {"base_url", "api_key"}
-            and str(got["base_url"]) == url.rstrip("/") + "/v1"
+            and str(got["base_url"]) == url.rstrip("/").removesuffix("/v1") + "/v1"
             and isinstance(got["api_key"], str)
             and got["api_key"]
             and (key is None or got["api_key"] == key)

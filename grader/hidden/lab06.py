@@ -12,22 +12,57 @@ from grader.registry import hidden
 from lab_utils.grading.questions.lab06 import _FIELD_TYPES, _norm, _schema_ok
 
 
-@hidden("06.min_batch_size")
-def _(tgi_min_batch_size, rng, scenario):
-    from lab_utils.tgi.admission import min_batch_size
+def _ref_admitted(batch, waiting, waiting_tokens, cfg) -> int:
+    """TGI 2.x's router before a decode (`batching_task`): the ratio's floor (none for an idle
+    router, none once max_waiting_tokens decode steps went by), the batch-size room, and what the
+    running batch's reservations leave of max_batch_total_tokens, then the queue walk."""
+    from lab_utils.tgi.admission import min_batch_size, next_batch, reserved_tokens
 
-    bad = 0
-    for _ in range(30):
-        args = (
-            rng.randint(0, 64),
-            rng.randint(1, 40),
-            rng.choice([0.0, 0.3, 0.5, 0.75, 1.0, 1.2, 2.0]),
-            rng.randint(1, 30),
-        )
-        want, got = min_batch_size(*args), tgi_min_batch_size(*args)
-        if (want is None) != (got is None) or (want is not None and int(got) != want):
-            bad += 1
-    assert not bad, f"wrong on {bad} of 30 unseen cases"
+    min_size = (
+        min_batch_size(len(batch), waiting_tokens, cfg["waiting_served_ratio"], cfg["max_waiting_tokens"])
+        if batch
+        else None
+    )
+    max_size = None if cfg["max_batch_size"] is None else cfg["max_batch_size"] - len(batch)
+    budget = cfg["max_batch_total_tokens"] - sum(reserved_tokens(p, m) for p, m in batch)
+    return next_batch(
+        waiting,
+        min_size=min_size,
+        max_size=max_size,
+        prefill_token_budget=cfg["max_batch_prefill_tokens"],
+        token_budget=budget,
+    )
+
+
+def _admission_case(rng) -> tuple[list, list, int, dict]:
+    """A running batch (sometimes none), a queue, a wait and launch limits; the total budget often
+    tight enough that the running batch's reservations decide, the batch size often near its cap."""
+    batch = [(rng.randint(1, 300), rng.randint(1, 200)) for _ in range(rng.choice([0, 1, 2, 3, 5, 8, 12]))]
+    waiting = [(rng.randint(1, 300), rng.randint(1, 120)) for _ in range(rng.randint(0, 8))]
+    max_wait = rng.randint(1, 25)
+    waiting_tokens = rng.choice(
+        [0, 1, max_wait - 1, max_wait, max_wait + rng.randint(1, 5), rng.randint(0, 30)]
+    )
+    held = sum(p + m - 1 for p, m in batch)
+    cfg = {
+        "waiting_served_ratio": rng.choice([0.0, 0.3, 0.5, 0.75, 1.0, 1.2, 2.0]),
+        "max_waiting_tokens": max_wait,
+        "max_batch_size": rng.choice([None, None, len(batch) + rng.randint(0, 3), rng.randint(1, 16)]),
+        "max_batch_prefill_tokens": rng.randint(50, 1500),
+        "max_batch_total_tokens": rng.choice([held + rng.randint(0, 1500), rng.randint(100, 20_000)]),
+    }
+    return batch, waiting, waiting_tokens, cfg
+
+
+@hidden("06.admitted")
+def _(tgi_admitted, rng, scenario):
+    bad, n = 0, 40
+    for _ in range(n):
+        batch, waiting, waiting_tokens, cfg = _admission_case(rng)
+        want = _ref_admitted(batch, waiting, waiting_tokens, cfg)
+        got = int(tgi_admitted(list(batch), list(waiting), waiting_tokens, dict(cfg)))
+        bad += got != want
+    assert not bad, f"wrong on {bad} of {n} unseen router states"
 
 
 @hidden("06.next_batch")

@@ -16,11 +16,18 @@ from lab_utils.grading.registry import limits, question, scenario
 GiB = 1 << 30
 COURSE_BYTES_PER_TOKEN = 2 * 30 * 3 * 64 * 4  # the course model's float32 K and V, all layers
 
+# The course's KV sizing: lab 01's calculator predicts vLLM's start-up log line (blocks, null
+# block, maximum concurrency, the longest max_model_len) from a model spec, which a made-up spec
+# with the goal's bytes per token would feed.
 _KV_SIZING = [
     "lab_utils.memory.kv:kv_cache_capacity_tokens",
     "lab_utils.memory.kv:kv_cache_num_blocks",
     "lab_utils.memory.kv:kv_cache_block_bytes",
+    "lab_utils.memory.kv:kv_cache_bytes_per_token",
     "lab_utils.memory.kv:vllm_kv_cache_report",
+    "lab_utils.memory.kv:KVCacheReport",
+    "lab_utils.memory.breakdown:memory_breakdown",
+    "lab_utils.engine.llama:LlamaConfig.kv_bytes_per_token",
 ]
 
 
@@ -86,7 +93,7 @@ def _(best_completion):
     "05.client_kwargs",
     points=2,
     answers=["client_kwargs"],
-    forbid=["lab_utils.servers.vllm:VLLMServer.client_kwargs"],
+    forbid=["lab_utils.servers.vllm:VLLMServer.client_kwargs", "lab_utils.servers.base:OpenAIAddresses"],
 )
 def _(client_kwargs):
     """Keyword arguments for openai.OpenAI against a vLLM server."""
@@ -137,7 +144,13 @@ _GOAL = {
 }
 
 
-@question("05.flags_for_goal", points=3, answers=["flags_for_goal", "predicted_concurrency"], predict=True)
+@question(
+    "05.flags_for_goal",
+    points=3,
+    answers=["flags_for_goal", "predicted_concurrency"],
+    predict=True,
+    forbid=_KV_SIZING,
+)
 def _(flags_for_goal, predicted_concurrency):
     """flags_for_goal(goal) -> the three flags; predicted_concurrency(flags, goal) -> what vLLM logs."""
     f = dict(flags_for_goal(dict(_GOAL)))
@@ -162,7 +175,29 @@ def _(flags_for_goal, predicted_concurrency):
 
 # --- 05.gauge_value -----------------------------------------------------------------------------
 
-_METRICS = ["lab_utils.clients.metrics:metric_value", "lab_utils.clients.metrics:parse_prometheus"]
+# Every Prometheus text reader within reach: the load generator's, lab 02's KV-metrics reader
+# (one call gives the sum per name), lab 07's Triton reader, the scrapers that parse what they
+# fetch (a file:// URL would do), and prometheus_client's own parsers (installed with vLLM).
+_METRICS = [
+    "lab_utils.clients.metrics:metric_value",
+    "lab_utils.clients.metrics:parse_prometheus",
+    "lab_utils.clients.metrics:_parse_labels",
+    "lab_utils.clients.metrics:_parse_value",
+    "lab_utils.clients.metrics:scrape",
+    "lab_utils.clients.metrics:MetricsSampler",
+    "lab_utils.kv.metrics:parse_prometheus",
+    "lab_utils.kv.metrics:vllm_kv_metrics",
+    "lab_utils.triton.measure:parse_metrics",
+    "lab_utils.triton.measure:metric_value",
+    "lab_utils.triton.measure:MetricsSampler",
+    "prometheus_client.parser:text_string_to_metric_families",
+    "prometheus_client.parser:text_fd_to_metric_families",
+    "prometheus_client.parser:_parse_sample",
+    "prometheus_client.parser:parse_labels",
+    "prometheus_client.openmetrics.parser:text_string_to_metric_families",
+    "prometheus_client.openmetrics.parser:text_fd_to_metric_families",
+    "prometheus_client.openmetrics.parser:_parse_sample",
+]
 
 
 @question("05.gauge_value", points=2, answers=["gauge_value"], forbid=_METRICS)
@@ -193,7 +228,7 @@ def _(gauge_value):
     "05.p50_p95",
     points=2,
     answers=["p50_p95"],
-    forbid=["lab_utils.clients.metrics:histogram_quantile"],
+    forbid=["lab_utils.clients.metrics:histogram_quantile", "numpy:interp"],
 )
 def _(p50_p95):
     """p50_p95(buckets): median and 95th percentile estimated from a Prometheus histogram's
@@ -212,10 +247,29 @@ def _(p50_p95):
 
 # --- 05.sweep: the analysis of a concurrency sweep's load records --------------------------------
 
+# The load generator's summary, every percentile helper of the course library (lab 07's load
+# results compute theirs from a list of latencies), and numpy's,
+# the standard library's and torch's: each computes the linearly interpolated 95th percentile the
+# SLO is about in one call (numpy's default method is exactly that interpolation).
 _LOADGEN = [
     "lab_utils.clients.loadgen:summarize",
     "lab_utils.clients.loadgen:LoadResult",
     "lab_utils.mathutils:percentile",
+    "lab_utils.sim.priority:percentile",
+    "lab_utils.bench.load:percentiles",
+    "lab_utils.triton.measure:LoadResult",
+    "lab_utils.triton.measure:OpenLoopResult",
+    "numpy:percentile",
+    "numpy:quantile",
+    "numpy:nanpercentile",
+    "numpy:nanquantile",
+    "numpy:median",
+    "statistics:quantiles",
+    "statistics:median",
+    "torch:quantile",
+    "torch:nanquantile",
+    "torch:Tensor.quantile",
+    "torch:Tensor.nanquantile",
 ]
 
 

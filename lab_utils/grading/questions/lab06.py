@@ -2,7 +2,7 @@
 
 Admission-rule functions are checked on two fixed cases in public and on random cases from the
 grading seed in the hidden checks, against `lab_utils.tgi.admission` (which the answers may not
-be or call). The migration function is checked on random TGI launches. The prediction is a function
+be or call). The schema question forbids the libraries that write a JSON schema from types. The migration function is checked on random TGI launches. The prediction is a function
 of the scenario graded on unseen scenarios against the simulator; the two measurement questions are
 analysis functions graded on step logs the hidden checks make up. Hints say where to look, never
 the answer.
@@ -43,33 +43,54 @@ def _(rng):
     }
 
 
-# --- 06.min_batch_size ------------------------------------------------------------------------
+# --- 06.admitted -------------------------------------------------------------------------------
+
+# The router's own pieces: the ratio's floor, the queue walk, the reservations, and the loop that
+# puts them together.
+_ADMISSION = [
+    "lab_utils.tgi.admission:min_batch_size",
+    "lab_utils.tgi:min_batch_size",
+    "lab_utils.tgi.admission:next_batch",
+    "lab_utils.tgi:next_batch",
+    "lab_utils.tgi.admission:reserved_tokens",
+    "lab_utils.tgi:reserved_tokens",
+    "lab_utils.tgi.admission:TGIAdmission",
+    "lab_utils.tgi:TGIAdmission",
+]
 
 
-@question(
-    "06.min_batch_size",
-    points=2,
-    answers=["tgi_min_batch_size"],
-    forbid=["lab_utils.tgi.admission:min_batch_size", "lab_utils.tgi:min_batch_size"],
-)
-def _(tgi_min_batch_size):
-    """The smallest new batch TGI accepts while `running` requests decode (None: any size)."""
-    assert tgi_min_batch_size(10, 25, 0.3, 20) is None, (
-        "what happens once the batch has gone max_waiting_tokens steps without admitting anyone?"
+def _admission_cfg(**over) -> dict:
+    cfg = {
+        "waiting_served_ratio": 0.5,
+        "max_waiting_tokens": 20,
+        "max_batch_size": None,
+        "max_batch_prefill_tokens": 1000,
+        "max_batch_total_tokens": 10_000,
+    }
+    return {**cfg, **over}
+
+
+@question("06.admitted", points=2, answers=["tgi_admitted"], forbid=_ADMISSION)
+def _(tgi_admitted):
+    """tgi_admitted(batch, waiting, waiting_tokens, cfg): how many queued requests TGI 2.x's router
+    prefills before its next decode, given the running batch and the queue ((input_len,
+    max_new_tokens) each), the decode steps since the last admission, and the launch limits."""
+    queue = [(100, 20), (300, 20), (50, 20)]
+    got = int(tgi_admitted([], list(queue), 0, _admission_cfg()))
+    assert got == 3, "an idle router with room for every queued request takes them all"
+    batch = [(100, 20)] * 4
+    now = int(tgi_admitted(list(batch), [(50, 20)], 1, _admission_cfg()))
+    later = int(tgi_admitted(list(batch), [(50, 20)], 20, _admission_cfg()))
+    assert 0 <= now <= later == 1, (
+        "the longer the queue has waited, the less the router holds out: once max_waiting_tokens "
+        "decode steps have gone by, a request that fits joins"
     )
-    got = tgi_min_batch_size(10, 2, 0.5, 20)
-    assert got is not None and int(got) >= 1, "before that limit, the ratio sets a floor on the new batch"
 
 
 # --- 06.next_batch ----------------------------------------------------------------------------
 
 
-@question(
-    "06.next_batch",
-    points=3,
-    answers=["tgi_next_batch"],
-    forbid=["lab_utils.tgi.admission:next_batch", "lab_utils.tgi:next_batch"],
-)
+@question("06.next_batch", points=3, answers=["tgi_next_batch"], forbid=_ADMISSION)
 def _(tgi_next_batch):
     """How many queued requests (input_len, max_new_tokens) form TGI's next batch under its budgets."""
     q = [(100, 20), (300, 20), (50, 20)]
@@ -165,7 +186,23 @@ def _schema_ok(schema, fields: dict) -> bool:
     return "properties" in schema  # TGI refuses a json grammar without "properties"
 
 
-@question("06.make_schema", points=2, answers=["make_schema"])
+# Libraries that write a JSON schema from Python types: pydantic (a model made with create_model,
+# or a class built on BaseModel, with extra="forbid"), the OpenAI SDK's strict-schema helper over
+# it, and msgspec. One call there is the whole answer; the question is about JSON Schema itself.
+_SCHEMA_WRITERS = [
+    "pydantic:create_model",
+    "pydantic:TypeAdapter",
+    "pydantic:BaseModel.model_json_schema",
+    "pydantic.json_schema:model_json_schema",
+    "pydantic.json_schema:models_json_schema",
+    "pydantic.json_schema:GenerateJsonSchema",
+    "openai.lib._pydantic:to_strict_json_schema",
+    "msgspec.json:schema",
+    "msgspec.json:schema_components",
+]
+
+
+@question("06.make_schema", points=2, answers=["make_schema"], forbid=_SCHEMA_WRITERS)
 def _(make_schema):
     """A JSON schema that accepts exactly a record with the given fields (all required, no others)."""
     schema = make_schema({"city": "string", "population": "integer"})
