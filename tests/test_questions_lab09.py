@@ -151,6 +151,50 @@ def test_plausible_mistakes_score_zero():
     assert _zero("09.littles_law", little_L=unclipped)
 
 
+def test_library_helpers_that_do_the_work_score_zero():
+    """goodput from the SLO objects' own verdicts or the drills' count, cost from the drills' or the
+    simulator's arithmetic: each question forbids the helper that would answer it."""
+    from lab_utils.bench.load import SLO
+    from lab_utils.drills import calc
+
+    def slo_met(records, ttft_slo, tpot_slo, duration_s):
+        return sum(SLO(ttft_slo, tpot_slo).met(r["ttft"], r["tpot"], r["ok"]) for r in records) / duration_s
+
+    assert _zero("09.goodput", goodput=slo_met)
+
+    def drills_goodput(records, ttft_slo, tpot_slo, duration_s):
+        done = [r for r in records if r["ok"] and r["ttft"] is not None]
+        return calc.goodput(
+            [r["ttft"] for r in done], [r["tpot"] or 0.0 for r in done], duration_s, ttft_slo, tpot_slo
+        )
+
+    assert _zero("09.goodput", goodput=drills_goodput)
+
+    def drills_cost(replicas, interval_s, price_per_hour, output_tokens):
+        seconds = len(replicas) * interval_s
+        return calc.cost_per_million_tokens(
+            price_per_hour, sum(replicas) / len(replicas), output_tokens / seconds
+        )
+
+    assert _zero("09.cost_per_mtok", cost_per_mtok=drills_cost)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_scaling_policy_solution_full_and_a_fixed_fleet_at_most_a_third(seed):
+    """Hidden traces at half, the same and twice the scenario's traffic: a policy that sizes the fleet
+    from the load meets the bounds on all three, a fixed fleet on one at most, and the lab's own
+    reference policies are references."""
+    from lab_utils.bench.autoscale import queue_policy
+
+    q = QS["09.scaling_policy"]
+    r = score_graded(q, dict(ANSWERS), seed)
+    assert r.earned == r.points, r.message
+    for n in (2, 4, 8, 16):
+        fixed = score_graded(q, {**ANSWERS, "my_policy": lambda obs, n=n: n}, seed)
+        assert fixed.earned <= q.points / 3 + 1e-9, (n, fixed.earned)
+    assert score_graded(q, {**ANSWERS, "my_policy": queue_policy}, seed).earned == 0
+
+
 def test_lookup_tables_of_the_public_cases_score_zero():
     from grader.memorise import memorised_answers
 
@@ -181,6 +225,55 @@ def little_L(records, t0, t1):
         total += max(0.0, end - max(t0, r["start"]))
     return total / (t1 - t0)
 """
+
+
+_OTHER_QUANTILES = """
+import numpy.lib._function_base_impl as impl
+import torch
+
+
+def percentiles(values, qs):
+    return [float(impl.percentile(values, q)) for q in qs]
+
+
+def hidden_latency(records, q):
+    done = [r for r in records if r["error"] is None and r["finish"] is not None]
+    due = torch.tensor([r["finish"] - r["due"] for r in done], dtype=torch.float64)
+    sent = torch.tensor([r["finish"] - r["sent"] for r in done], dtype=torch.float64)
+    return float(torch.quantile(due, q / 100)) - float(sent.quantile(q / 100))
+
+
+def little_L(records, t0, t1):
+    total = 0.0
+    for r in records:
+        end = t1 if r["finish"] is None else min(t1, r["finish"])
+        total += max(0.0, end - max(t0, r["start"]))
+    return total / (t1 - t0)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", [_OTHER_QUANTILES], ids=["numpy-impl-module-and-torch"])
+def test_other_quantiles_are_refused_inside_the_sandbox(tmp_path, source):
+    """numpy's implementation module holds the same percentile as numpy (the sandbox replaces both),
+    and torch (in the course environment for vLLM) has its own linear quantile: both score 0."""
+    from grader.grader import Grader
+    from grader.memorise import save_answers
+
+    ns = {"__name__": "__main__"}
+    exec(compile(source, "<notebook>", "exec"), ns)
+    assert abs(ns["percentiles"]([1.0, 2.0, 3.0, 4.0], [99])[0] - 3.97) < 1e-9  # they do the job
+    save_answers({k: ns[k] for k in ("percentiles", "hidden_latency", "little_L")}, tmp_path / "answers")
+    grader = Grader(tmp_path / "out", seed=5, copies="off")
+    try:
+        results = {r.id: r for r in grader.judge_saved("09", tmp_path / "answers")}
+    finally:
+        grader.close()
+    assert results["09.percentiles"].earned == 0, results["09.percentiles"].message
+    assert results["09.coordinated_omission"].earned == 0, results["09.coordinated_omission"].message
+    assert results["09.littles_law"].earned == results["09.littles_law"].points, results[
+        "09.littles_law"
+    ].message
 
 
 @pytest.mark.slow

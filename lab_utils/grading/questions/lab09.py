@@ -23,11 +23,16 @@ _PERCENTILE_HELPERS = [
     "lab_utils.bench.load:level_row",
     "lab_utils.bench.load:level_tails",
     "lab_utils.sim.metrics:summarize",
-    "numpy:percentile",
+    "numpy:percentile",  # also numpy.lib's own copy: the sandbox replaces every numpy module's
     "numpy:quantile",
     "numpy:nanpercentile",
     "numpy:nanquantile",
     "statistics:quantiles",
+    # torch is in the course environment (vLLM's): its quantile interpolates linearly too
+    "torch:quantile",
+    "torch:nanquantile",
+    "torch:Tensor.quantile",
+    "torch:Tensor.nanquantile",
 ]
 
 _GPUS = ["L4", "L40S", "A100-80GB", "H100-80GB"]
@@ -89,7 +94,14 @@ def _(percentiles):
     "09.goodput",
     points=2,
     answers=["goodput"],
-    forbid=["lab_utils.bench.load:goodput_rps", "lab_utils.sim.metrics:goodput"],
+    forbid=[
+        "lab_utils.bench.load:goodput_rps",
+        "lab_utils.sim.metrics:goodput",
+        # one request's verdict is the question: the SLO objects' own tests, and the drills' count
+        "lab_utils.bench.load:SLO.met",
+        "lab_utils.sim.metrics:SLO.met_by",
+        "lab_utils.drills.calc:goodput",
+    ],
 )
 def _(goodput):
     """Requests per second meeting both the TTFT and the TPOT target."""
@@ -177,7 +189,17 @@ def _run(policy, trace, model):
 
 
 @question(
-    "09.scaling_policy", points=4, answers=["my_policy"], forbid=["lab_utils.bench.autoscale:capacity_policy"]
+    "09.scaling_policy",
+    points=4,
+    answers=["my_policy"],
+    forbid=[
+        "lab_utils.bench.autoscale:capacity_policy",
+        # the lab's other policies are references too: queue_policy met the bounds on some traces
+        "lab_utils.bench.autoscale:queue_policy",
+        "lab_utils.bench.autoscale:utilisation_policy",
+        "lab_utils.bench.autoscale:seed_policy",
+        "lab_utils.bench.autoscale:fixed_policy",
+    ],
 )
 def _(my_policy):
     """A scaling policy: observation dict -> desired replicas; meets the SLO on a public one-hour trace."""
@@ -216,7 +238,11 @@ def _(my_policy):
     "09.cost_per_mtok",
     points=2,
     answers=["cost_per_mtok"],
-    forbid=["lab_utils.bench.autoscale:AutoscaleRun.cost_per_million_tokens"],
+    forbid=[
+        "lab_utils.bench.autoscale:AutoscaleRun.cost_per_million_tokens",
+        "lab_utils.bench.autoscale:AutoscaleRun.cost_usd",
+        "lab_utils.drills.calc:cost_per_million_tokens",
+    ],
 )
 def _(cost_per_mtok):
     """Dollars per million output tokens from the replicas paid each interval, the price and the tokens."""
