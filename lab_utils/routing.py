@@ -308,48 +308,14 @@ def cacheable_prefix_tokens(workload: Sequence[TenantRequest], tokenizer, block_
     return (same // block_size) * block_size
 
 
-# -- a model of the policies: what fraction of requests find their tenant's prefix cached ----------
-
-
-def expected_distinct(n: int, k: int) -> float:
-    """Expected number of distinct bins hit when n balls fall uniformly into k bins."""
-    return k * (1 - (1 - 1 / k) ** n)
-
-
-def reference_hit_fraction(
-    policy: str, num_tenants: int, num_replicas: int, requests_per_tenant: float
-) -> float:
-    """Expected fraction of requests whose tenant prefix is already on the replica they land on.
-
-    A model, not a measurement: requests of the tenants are interleaved at random, nothing is
-    evicted, and prefill of a tenant's first request finishes before its second arrives.
-    - `round_robin` and `random` ignore the tenant: each request lands on any replica, so a tenant
-      pays one miss per distinct replica its requests touch.
-    - `consistent_hash` (on the tenant key) and `cache_aware` send a tenant to one replica: one
-      miss per tenant.
-    """
-    n = float(requests_per_tenant)
-    if n <= 0 or num_tenants < 1 or num_replicas < 1:
-        raise ValueError("need at least one tenant, one replica and a positive number of requests")
-    if policy in ("round_robin", "random", "power_of_two"):
-        misses = expected_distinct(n, num_replicas) if n >= 1 else n
-    elif policy in ("consistent_hash", "cache_aware"):
-        misses = min(1.0, n)
-    else:
-        raise ValueError(f"unknown policy {policy!r}")
-    return max(0.0, (n - misses) / n)
-
-
 __all__ = [
     "HITS",
     "QUERIES",
     "RoutingRun",
     "TenantRequest",
     "cacheable_prefix_tokens",
-    "expected_distinct",
     "measure_policy",
     "prefix_cache_counters",
     "prompt_token_ids",
-    "reference_hit_fraction",
     "tenant_workload",
 ]

@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+from grader.hidden.lab10 import _expected_distinct, reference_hit_fraction, reference_plan
 from lab_utils.deploy.compose import check_all, service_problems
 from lab_utils.deploy.disagg import colocated, compare_pools, disaggregated
 from lab_utils.deploy.frameworks import ALTERNATIVES, decision_table
@@ -22,10 +23,10 @@ from lab_utils.deploy.manifests import (
     replica_deployment,
     validate_replica_files,
 )
-from lab_utils.deploy.parallel import bubble_fraction, parallel_problems, per_gpu_memory, reference_plan
+from lab_utils.deploy.parallel import bubble_fraction, parallel_problems, per_gpu_memory
 from lab_utils.drills.shapes import MODELS
 from lab_utils.memory import ModelSpec
-from lab_utils.routing import RoutingRun, expected_distinct, reference_hit_fraction, tenant_workload
+from lab_utils.routing import RoutingRun, tenant_workload
 from lab_utils.sim import StepCostModel, poisson_workload
 
 COURSE = ModelSpec("SmolLM2-135M", 30, 576, 9, 3, 64, 1536, 49152)
@@ -101,6 +102,17 @@ def test_kv_transfer_grows_with_the_prompt_and_shows_in_ttft():
     fast = disaggregated(wl, 2, 2, cost, kv_bytes_per_token=131072, link_gb_s=900.0)
     slow = disaggregated(wl, 2, 2, cost, kv_bytes_per_token=131072, link_gb_s=5.0)
     assert slow["ttft_p50"] - fast["ttft_p50"] > 0.9 * (slow["transfer_p50"] - fast["transfer_p50"])
+    # in the pools' comparison itself: twice the prompt, twice the transfer, and TTFT pays it
+    longer = disaggregated(
+        poisson_workload(80, rate=5.0, prompt_len=6000, output_len=64, seed=2),
+        2,
+        2,
+        cost,
+        kv_bytes_per_token=131072,
+        link_gb_s=5.0,
+    )
+    assert longer["transfer_p50"] == pytest.approx(2 * slow["transfer_p50"])
+    assert longer["ttft_p50"] - slow["ttft_p50"] > 0.9 * (longer["transfer_p50"] - slow["transfer_p50"])
     # the decode GPU holds whole prompts: its KV capacity bounds the requests it runs at once
     assert decode_slots(wl, 3064 * 10, 64) == 10
     tight = disaggregated(
@@ -215,7 +227,7 @@ def test_modal_app_is_built_offline_with_todays_api():
 
 
 def test_routing_model():
-    assert expected_distinct(1, 2) == 1 and abs(expected_distinct(2, 2) - 1.5) < 1e-12
+    assert _expected_distinct(1, 2) == 1 and abs(_expected_distinct(2, 2) - 1.5) < 1e-12
     assert reference_hit_fraction("consistent_hash", 8, 2, 3) == pytest.approx(2 / 3)
     assert reference_hit_fraction("round_robin", 8, 2, 3) == pytest.approx((3 - 1.75) / 3)
     assert reference_hit_fraction("round_robin", 8, 1, 3) == reference_hit_fraction("cache_aware", 8, 1, 3)
@@ -433,6 +445,39 @@ def test_wrong_analyses_and_plans_fail():
         r = score_graded(get("10.routing_measured"), dict(ans, **wrong), 5)
         assert r.earned == 0, (wrong, r)
     assert score_graded(get("10.valid_tp"), dict(ans, valid_tp_degrees=no_replication), 5).earned == 0
+
+
+def test_library_helpers_that_do_the_work_score_zero():
+    """routing_report's p95 from numpy, valid TP degrees from lab 01's recommender: both forbidden;
+    and the hit-fraction and planner references are not in lab_utils at all."""
+    import types
+
+    import numpy as np
+
+    import lab_utils.deploy.parallel as parallel
+    import lab_utils.routing as routing
+    from grader.judge import score_graded
+    from lab_utils.grading import get
+    from lab_utils.memory.recommend import _tp_allowed
+
+    ans = _answers()
+    good = ans["routing_report"]
+
+    def numpy_p95(before, after, ttfts):
+        r = dict(good(before, after, ttfts))
+        r["ttft_p95"] = float(np.percentile([t for t in ttfts if t is not None], 95))
+        return r
+
+    assert score_graded(get("10.routing_measured"), dict(ans, routing_report=numpy_p95), 5).earned == 0
+
+    def recommender_tp(h, kv, node):
+        spec = types.SimpleNamespace(num_attention_heads=h, num_kv_heads=kv)
+        return [t for t in range(1, node + 1) if _tp_allowed(spec, t)]
+
+    assert recommender_tp(32, 8, 8) == ans["valid_tp_degrees"](32, 8, 8)  # it would do the job
+    assert score_graded(get("10.valid_tp"), dict(ans, valid_tp_degrees=recommender_tp), 5).earned == 0
+    assert not hasattr(routing, "reference_hit_fraction") and not hasattr(routing, "expected_distinct")
+    assert not hasattr(parallel, "reference_plan")
 
 
 def test_router_compose_gives_each_replica_its_own_gpu_and_waits_for_them():

@@ -10,15 +10,78 @@ import copy
 import random
 
 from grader.registry import hidden
+from lab_utils.deploy.parallel import NODE_GPUS, parallel_problems, per_gpu_memory
 from lab_utils.grading.questions.lab10 import _builds, _close
 
 _GPUS = ["L4", "L40S", "A100-40GB", "A100-80GB", "H100-80GB", "H200"]
 
 
+# --- the references (here, not in lab_utils: the learner's package holds neither) ---------------
+
+
+def _expected_distinct(n: int, k: int) -> float:
+    """Expected number of distinct bins hit when n balls fall uniformly into k bins."""
+    return k * (1 - (1 - 1 / k) ** n)
+
+
+def reference_hit_fraction(
+    policy: str, num_tenants: int, num_replicas: int, requests_per_tenant: float
+) -> float:
+    """Expected fraction of requests whose tenant prefix is already on the replica they land on.
+
+    A model, not a measurement: requests of the tenants are interleaved at random, nothing is
+    evicted, and prefill of a tenant's first request finishes before its second arrives.
+    - `round_robin` and `random` ignore the tenant: each request lands on any replica, so a tenant
+      pays one miss per distinct replica its requests touch.
+    - `consistent_hash` (on the tenant key) and `cache_aware` send a tenant to one replica: one
+      miss per tenant.
+    """
+    n = float(requests_per_tenant)
+    if n <= 0 or num_tenants < 1 or num_replicas < 1:
+        raise ValueError("need at least one tenant, one replica and a positive number of requests")
+    if policy in ("round_robin", "random", "power_of_two"):
+        misses = _expected_distinct(n, num_replicas) if n >= 1 else n
+    elif policy in ("consistent_hash", "cache_aware"):
+        misses = min(1.0, n)
+    else:
+        raise ValueError(f"unknown policy {policy!r}")
+    return max(0.0, (n - misses) / n)
+
+
+def reference_plan(spec, gpu: str, slo: dict, *, max_pp: int = 8) -> tuple[int, int, int]:
+    """(TP, PP, replicas) serving slo["concurrent_requests"] requests of slo["max_model_len"] tokens.
+
+    Candidates: every allowed TP within one node (slo.get("gpus_per_node", 8)) with PP = 1, and
+    PP = 2..max_pp only at the largest allowed TP (pipeline stages cross nodes; inside a node TP
+    is better: it cuts per-token latency, PP does not). Among the candidates that hold at least
+    one request: the fewest GPUs in total (TP x PP x replicas); ties go to the smaller PP (fewer
+    stages each token waits through), then to fewer GPUs per replica (more replicas, smaller
+    failure domains).
+    """
+    length, want = int(slo["max_model_len"]), int(slo["concurrent_requests"])
+    node = int(slo.get("gpus_per_node", NODE_GPUS))
+    allowed = [tp for tp in range(1, node + 1) if not parallel_problems(spec, tp, 1, node)]
+    candidates = [(tp, 1) for tp in allowed] + [(allowed[-1], pp) for pp in range(2, max_pp + 1)]
+    best = None
+    for tp, pp in candidates:
+        if parallel_problems(spec, tp, pp, node):
+            continue
+        per_replica = per_gpu_memory(spec, gpu, tp, pp).concurrency(length)
+        if per_replica < 1:
+            continue
+        replicas = -(-want // per_replica)
+        key = (tp * pp * replicas, pp, tp * pp)
+        if best is None or key < best[0]:
+            best = (key, (tp, pp, replicas))
+    if best is None:
+        raise ValueError(
+            f"{spec.name} with {length}-token requests fits no TP<={node} x PP<={max_pp} of {gpu}"
+        )
+    return best[1]
+
+
 @hidden("10.hit_fraction")
 def _(predict_hit_fraction, predicted_gain, rng, scenario):
-    from lab_utils.routing import reference_hit_fraction
-
     wrong = 0
     for _ in range(30):
         pol = rng.choice(["round_robin", "consistent_hash", "cache_aware", "random"])
@@ -162,8 +225,6 @@ def _random_spec(rng: random.Random):
 def _plan_ok(plan, spec, gpu, slo, want) -> bool:
     """The plan's properties: degrees vLLM accepts, capacity for the load, and no GPU more than the
     reference needs, with no more pipeline stages than it uses (any tie in GPUs per replica passes)."""
-    from lab_utils.deploy.parallel import per_gpu_memory
-
     tp, pp, n = plan
     node = int(slo.get("gpus_per_node", 8))
     if tp not in _ref_tp(spec.num_attention_heads, spec.num_kv_heads, node) or not 1 <= pp <= min(
@@ -180,8 +241,6 @@ def _plan_ok(plan, spec, gpu, slo, want) -> bool:
 
 @hidden("10.planner")
 def _(plan_parallelism, rng, scenario):
-    from lab_utils.deploy.parallel import reference_plan
-
     wrong = total = 0
     for _ in range(14):
         spec = _random_spec(rng)

@@ -1,12 +1,11 @@
 """Tensor, pipeline and data parallelism: memory per GPU, KV capacity, and the rules that limit them.
 
-    tensor parallel (TP)   every layer's matrices split across TP GPUs; attention heads split, so
-                           TP must divide the query heads, and the KV heads are split (KV % TP == 0)
-                           or replicated (TP % KV == 0). An all-reduce after every layer: keep TP
-                           inside one NVLink domain. Here that is a node of 8 GPUs (HGX); rack-scale
-                           NVLink systems such as GB200 NVL72 put 72 GPUs in one domain (NVIDIA's
-                           GB200 NVL72 page, https://www.nvidia.com/en-us/data-center/gb200-nvl72/,
-                           checked 2026-12).
+    tensor parallel (TP)   every layer's matrices split across TP GPUs, attention heads included
+                           (which degrees a model allows is vLLM's QKVParallelLinear: lab 10 asks
+                           it). An all-reduce after every layer: keep TP inside one NVLink domain.
+                           Here that is a node of 8 GPUs (HGX); rack-scale NVLink systems such as
+                           GB200 NVL72 put 72 GPUs in one domain (NVIDIA's GB200 NVL72 page,
+                           https://www.nvidia.com/en-us/data-center/gb200-nvl72/, checked 2026-12).
     pipeline parallel (PP) layers split into PP stages on different GPUs; only activations cross
                            between stages, so it spans nodes. Serving keeps several batches in
                            flight, one per stage at best (vLLM 0.32 schedules up to PP batches at
@@ -143,38 +142,6 @@ def decode_bubble_fraction(pp: int, in_flight_batches: int) -> float:
     return max(0.0, 1.0 - in_flight_batches / pp)
 
 
-def reference_plan(spec: ModelSpec, gpu: str, slo: dict, *, max_pp: int = 8) -> tuple[int, int, int]:
-    """(TP, PP, replicas) serving slo["concurrent_requests"] requests of slo["max_model_len"] tokens.
-
-    Candidates: every allowed TP within one node (slo.get("gpus_per_node", 8)) with PP = 1, and
-    PP = 2..max_pp only at the largest allowed TP (pipeline stages cross nodes; inside a node TP
-    is better: it cuts per-token latency, PP does not). Among the candidates that hold at least
-    one request: the fewest GPUs in total (TP x PP x replicas); ties go to the smaller PP (fewer
-    stages each token waits through), then to fewer GPUs per replica (more replicas, smaller
-    failure domains).
-    """
-    length, want = int(slo["max_model_len"]), int(slo["concurrent_requests"])
-    node = int(slo.get("gpus_per_node", NODE_GPUS))
-    allowed = [tp for tp in range(1, node + 1) if not parallel_problems(spec, tp, 1, node)]
-    candidates = [(tp, 1) for tp in allowed] + [(allowed[-1], pp) for pp in range(2, max_pp + 1)]
-    best = None
-    for tp, pp in candidates:
-        if parallel_problems(spec, tp, pp, node):
-            continue
-        per_replica = per_gpu_memory(spec, gpu, tp, pp).concurrency(length)
-        if per_replica < 1:
-            continue
-        replicas = -(-want // per_replica)
-        key = (tp * pp * replicas, pp, tp * pp)
-        if best is None or key < best[0]:
-            best = (key, (tp, pp, replicas))
-    if best is None:
-        raise ValueError(
-            f"{spec.name} with {length}-token requests fits no TP<={node} x PP<={max_pp} of {gpu}"
-        )
-    return best[1]
-
-
 __all__ = [
     "NODE_GPUS",
     "ParallelMemory",
@@ -182,5 +149,4 @@ __all__ = [
     "decode_bubble_fraction",
     "parallel_problems",
     "per_gpu_memory",
-    "reference_plan",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import random
 
+from lab_utils.grading.questions.lab09 import _PERCENTILE_HELPERS
 from lab_utils.grading.registry import limits, question, scenario
 
 POLICIES = ("round_robin", "consistent_hash", "cache_aware")
@@ -69,8 +70,7 @@ def _close(a: float, b: float, tol: float) -> bool:
     "10.hit_fraction",
     points=2,
     answers=["predict_hit_fraction", "predicted_gain"],
-    predict=True,
-    forbid=["lab_utils.routing:reference_hit_fraction", "lab_utils.routing:expected_distinct"],
+    predict=True,  # the model's reference lives in grader/hidden/lab10.py: nothing in lab_utils computes it
 )
 def _(predict_hit_fraction, predicted_gain):
     """Expected share of requests that find their tenant's prefix cached, per policy; and the gain
@@ -98,9 +98,9 @@ def _(predict_hit_fraction, predicted_gain):
     answers=["routing_report", "best_policy"],
     forbid=[
         "lab_utils.routing:RoutingRun",
-        "lab_utils.clients.loadgen:summarize",
-        "lab_utils.mathutils:percentile",
-        "lab_utils.bench.load:percentiles",
+        # the p95 is the learner's: lab 09's list (the course's percentile helpers and summaries,
+        # numpy's and torch's quantiles, statistics.quantiles); np.percentile alone answered it
+        *_PERCENTILE_HELPERS,
     ],
 )
 def _(routing_report, best_policy):
@@ -136,6 +136,8 @@ def _(routing_report, best_policy):
         "lab_utils.deploy.parallel:parallel_problems",
         "lab_utils.drills.calc:valid_tp_degrees",
         "lab_utils.memory:kv_heads_per_gpu",
+        # lab 01's recommender tests a degree the same way
+        "lab_utils.memory.recommend:_tp_allowed",
     ],
 )
 def _(valid_tp_degrees):
@@ -155,7 +157,11 @@ def _(valid_tp_degrees):
     "10.planner",
     points=3,
     answers=["plan_parallelism"],
-    forbid=["lab_utils.deploy.parallel:reference_plan", "lab_utils.deploy.parallel:parallel_problems"],
+    forbid=[
+        "lab_utils.deploy.parallel:parallel_problems",
+        "lab_utils.drills.calc:valid_tp_degrees",
+        "lab_utils.memory.recommend:_tp_allowed",
+    ],
 )
 def _(plan_parallelism):
     """(TP, PP, replicas) for a model, a GPU and an SLO: the fewest GPUs that hold the load."""
