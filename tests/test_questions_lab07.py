@@ -81,9 +81,27 @@ def pending_requests(text, model):
     return total
 
 
-def trtllm_kv_tokens(gpu, weights, act, fraction, kv, max_tokens=None):
-    tokens = int((gpu - weights - act) * 2**30 * fraction // kv)
-    return tokens if max_tokens is None else min(tokens, int(max_tokens))
+def trtllm_kv_tokens(model_yaml, gpu, weights, act, kv):
+    import yaml
+
+    args = yaml.safe_load(model_yaml)
+    cfg = args.get("kv_cache_config") or {}
+    gpus = int(args.get("tensor_parallel_size", 1))
+    per_token = kv / gpus / (2 if cfg.get("dtype") == "fp8" else 1)
+    budget = max(gpu - weights / gpus - act, 0) * 2**30 * cfg.get("free_gpu_memory_fraction", 0.9)
+    if cfg.get("max_gpu_total_bytes", 0) > 0:
+        budget = min(budget, cfg["max_gpu_total_bytes"])
+    tokens = int(budget // per_token)
+    return tokens if cfg.get("max_tokens") is None else min(tokens, int(cfg["max_tokens"]))
+
+
+def old_trtllm_kv_tokens(model_yaml, gpu, weights, act, kv):
+    """The engine-era rule: the fraction and max_tokens only, one GPU, no defaults or dtype."""
+    import yaml
+
+    cfg = (yaml.safe_load(model_yaml) or {}).get("kv_cache_config") or {}
+    tokens = int((gpu - weights - act) * 2**30 * cfg.get("free_gpu_memory_fraction", 0.9) // kv)
+    return tokens if cfg.get("max_tokens") is None else min(tokens, int(cfg["max_tokens"]))
 
 
 def predicted_avg_batch(scenario):
@@ -216,3 +234,20 @@ def test_stubs_fail_the_public_checks():
 
     for q in questions_for("07"):
         assert score(q, {n: stub for n in q.answers}).earned == 0
+
+
+def test_kv_tokens_needs_the_whole_llmapi_rule():
+    """Only the fraction and max_tokens of one GPU (the engine backend's rule) does not pass."""
+    q = get("07.trtllm_kv_tokens")
+    assert score_graded(q, {**answers(), "trtllm_kv_tokens": old_trtllm_kv_tokens}, 5).earned < q.points / 2
+    assert score_graded(q, answers(), 5).earned == q.points
+
+
+def test_kv_tokens_planner_is_forbidden():
+    from lab_utils.trtllm.plan import concurrent_sequences
+
+    def via_planner(model_yaml, gpu, weights, act, kv):
+        return concurrent_sequences(int(gpu * 2**30), int(weights * 2**30), int(act * 2**30), 0.9, kv, 1, 1)
+
+    q = get("07.trtllm_kv_tokens")
+    assert score_graded(q, {**answers(), "trtllm_kv_tokens": via_planner}, 5).earned == 0

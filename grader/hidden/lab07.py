@@ -232,31 +232,81 @@ def _(pending_requests, rng, scenario):
     assert not bad, f"wrong on {bad} of 40 unseen scrapes"
 
 
-def _trt_tokens(gpu, weights, act, fraction, kv, max_tokens=None) -> int:
-    tokens = int((gpu - weights - act) * GiB * fraction // kv)
-    return tokens if max_tokens is None else min(tokens, int(max_tokens))
+def _llmapi_kv_tokens(body: dict, gpu, weights, act, kv) -> int:
+    """KV tokens per GPU as TensorRT-LLM's PyTorch backend sizes them (tensor_parallel_size GPUs).
+
+    tensorrt_llm/_torch/pyexecutor/_util.py, KvCacheCreator (read 2026-12-02): after the profiling
+    run, the KV budget is free_gpu_memory_fraction of (GPU memory - peak use), capped by
+    max_tokens x bytes per token and by max_gpu_total_bytes when positive; tokens are that budget
+    over the bytes per token of one GPU (its share of the KV heads; fp8 halves a 16-bit cache).
+    """
+    from lab_utils.facts import fact
+
+    gpus = int(body.get("tensor_parallel_size", 1))
+    cfg = body.get("kv_cache_config") or {}
+    fraction = cfg.get("free_gpu_memory_fraction", fact("trtllm.free_gpu_memory_fraction"))
+    per_token = kv / gpus / (2 if cfg.get("dtype") == "fp8" else 1)
+    budget = max((gpu - weights / gpus - act) * GiB, 0) * fraction
+    cap = cfg.get("max_gpu_total_bytes", fact("trtllm.max_gpu_total_bytes_default")[1])
+    if cap:
+        budget = min(budget, cap)
+    tokens = int(budget // per_token)
+    if cfg.get("max_tokens") is not None:
+        tokens = min(tokens, int(cfg["max_tokens"]))
+    return tokens
+
+
+def _random_llmapi(rng) -> tuple[str, dict, tuple]:
+    """An unseen model.yaml (written by the course's llmapi writer) and a GPU for it."""
+    import yaml
+
+    from lab_utils.triton.llm_backends import llmapi_model_yaml
+
+    gpus = rng.choice([1, 1, 2, 4, 8])
+    opts: dict = {"max_batch_size": rng.choice([8, 64, 256])}
+    if gpus > 1 or rng.random() < 0.3:
+        opts["tensor_parallel_size"] = gpus
+    if rng.random() < 0.4:
+        opts["pipeline_parallel_size"] = 1
+    if rng.random() < 0.3:
+        opts["max_seq_len"] = rng.choice([2048, 8192, 32768])
+    kv_cfg: dict = {}
+    for key in rng.sample(
+        [
+            "free_gpu_memory_fraction",
+            "max_tokens",
+            "max_gpu_total_bytes",
+            "enable_block_reuse",
+            "dtype",
+            "tokens_per_block",
+        ],
+        rng.randint(0, 4),
+    ):
+        kv_cfg[key] = {
+            "free_gpu_memory_fraction": rng.choice([0.3, 0.5, 0.8, 0.85, 0.95]),
+            "max_tokens": rng.randint(1000, 600_000),
+            "max_gpu_total_bytes": rng.choice([0, rng.randint(1, 40) * GiB // 2]),
+            "enable_block_reuse": rng.choice([True, False]),
+            "dtype": rng.choice(["auto", "fp8"]),
+            "tokens_per_block": rng.choice([16, 32, 64]),
+        }[key]
+    if kv_cfg or rng.random() < 0.3:
+        opts["kv_cache_config"] = kv_cfg
+    model = rng.choice(["meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-14B-Instruct", "/models/ckpt"])
+    text = llmapi_model_yaml(model, opts, decoupled=rng.random() < 0.5)
+    gpu = rng.choice([24, 40, 48, 80, 94, 141])
+    weights = rng.uniform(0.5, gpu * 0.6) * gpus
+    act = rng.uniform(0.2, 3)
+    heads = gpus * rng.choice([1, 2, 4])  # KV heads that divide evenly among the GPUs
+    kv = 2 * rng.choice([16, 28, 32, 80]) * heads * rng.choice([64, 128]) * 2
+    return text, yaml.safe_load(text), (gpu, weights, act, kv)
 
 
 @hidden("07.trtllm_kv_tokens")
 def _(trtllm_kv_tokens, rng, scenario):
-    bad = 0
-    for _ in range(20):
-        gpu = rng.choice([24, 40, 48, 80, 94, 141])
-        weights = rng.uniform(0.5, gpu * 0.6)
-        act = rng.uniform(0.2, 3)
-        fraction = rng.choice([0.5, 0.8, 0.85, 0.9, 0.95])
-        kv = (
-            2
-            * rng.choice([16, 28, 32, 80])
-            * rng.choice([1, 2, 4, 8])
-            * rng.choice([64, 128])
-            * rng.choice([1, 2])
-        )
-        cap = rng.choice([None, rng.randint(1000, 500_000)])
-        got = int(
-            trtllm_kv_tokens(gpu, weights, act, fraction, kv, cap)
-            if cap is not None
-            else trtllm_kv_tokens(gpu, weights, act, fraction, kv)
-        )
-        bad += abs(got - _trt_tokens(gpu, weights, act, fraction, kv, cap)) > 1
-    assert not bad, f"wrong on {bad} of 20 unseen GPUs and models"
+    bad, n = 0, 24
+    for _ in range(n):
+        text, body, (gpu, weights, act, kv) = _random_llmapi(rng)
+        got = int(trtllm_kv_tokens(text, gpu, weights, act, kv))
+        bad += abs(got - _llmapi_kv_tokens(body, gpu, weights, act, kv)) > 1
+    assert not bad, f"wrong on {bad} of {n} unseen model.yaml files and GPUs"

@@ -240,13 +240,26 @@ def _(pending_requests):
 
 # --- 07.trtllm_kv_tokens -----------------------------------------------------------------------
 
+_KV_PLANNERS = [
+    "lab_utils.trtllm.plan:concurrent_sequences",
+    "lab_utils.trtllm.plan:plan_memory",
+    "lab_utils.memory.kv:kv_cache_num_blocks",
+]
 
-@question("07.trtllm_kv_tokens", points=2, answers=["trtllm_kv_tokens"])
+_YAML_PLAIN = """model: meta-llama/Llama-3.1-8B-Instruct
+backend: pytorch
+triton_config:
+  max_batch_size: 0
+  decoupled: false
+"""
+
+
+@question("07.trtllm_kv_tokens", points=2, answers=["trtllm_kv_tokens"], forbid=_KV_PLANNERS)
 def _(trtllm_kv_tokens):
-    """Tokens of paged KV cache the TensorRT-LLM backend gets from the free-memory fraction and cap."""
+    """KV-cache tokens per GPU of the llmapi model a tensorrt_llm/1/model.yaml describes."""
     kv = 2 * 32 * 8 * 128 * 2
-    full = int(trtllm_kv_tokens(80, 16, 2, 0.9, kv))
-    assert 0 < full < int(80 * GiB // kv), "only part of the GPU becomes KV cache"
-    assert int(trtllm_kv_tokens(80, 16, 2, 0.9, kv, max_tokens=1000)) == 1000, (
-        "max_tokens_in_paged_kv_cache caps the pool"
-    )
+    plain = int(trtllm_kv_tokens(_YAML_PLAIN, 80, 16, 2, kv))
+    assert 0 < plain < int(80 * GiB // kv), "only part of the GPU becomes KV cache, even with nothing set"
+    capped = _YAML_PLAIN.replace("triton_config:", "kv_cache_config:\n  max_tokens: 1000\ntriton_config:")
+    got = int(trtllm_kv_tokens(capped, 80, 16, 2, kv))
+    assert 0 < got <= 1000 < plain, "kv_cache_config.max_tokens caps the pool"
