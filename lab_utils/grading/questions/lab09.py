@@ -28,6 +28,7 @@ _PERCENTILE_HELPERS = [
     "numpy:nanpercentile",
     "numpy:nanquantile",
     "statistics:quantiles",
+    "numpy:interp",  # sorted ranks and one np.interp at the fractional rank is the interpolation
     # torch is in the course environment (vLLM's): its quantile interpolates linearly too
     "torch:quantile",
     "torch:nanquantile",
