@@ -299,6 +299,29 @@ def test_llmapi_model_yaml_is_validated_llm_api_arguments():
         llmapi_model_yaml("m", {"triton_config": {}})
 
 
+def test_llmapi_model_folder_is_written_and_read_back(tmp_path):
+    from lab_utils.triton.llm_backends import llmapi_model_yaml, read_llmapi_model, write_llmapi_model
+
+    text = llmapi_model_yaml("m", {"tensor_parallel_size": 2, "kv_cache_config": {"max_tokens": 1000}})
+    folder = write_llmapi_model(tmp_path, text)
+    assert folder == tmp_path / "tensorrt_llm" and (folder / "1" / "model.yaml").read_text() == text
+    assert read_llmapi_model(text)["kv_cache_config"] == {"max_tokens": 1000}
+    for bad, why in [
+        ("backend: pytorch\n", "needs a `model`"),
+        ("model: m\ngpt_model_path: /engines/x\n", "removed C\\+\\+ engine backend"),
+        (
+            "model: m\nkv_cache_config:\n  kv_cache_free_gpu_mem_fraction: 0.9\n",
+            "kv_cache_free_gpu_mem_fraction",
+        ),
+        ("model: m\ntriton_config: 0\n", "triton_config"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            read_llmapi_model(bad)
+        with pytest.raises(ValueError):
+            write_llmapi_model(tmp_path / "other", bad)
+    assert not (tmp_path / "other").exists()
+
+
 def test_vllm_backend_folder(tmp_path):
     import json
 
