@@ -120,6 +120,28 @@ def test_a_forbidden_reference_refuses_learner_callers_however_reached(tmp_path)
             r.close()
 
 
+def test_a_forbidden_property_refuses_learner_code_and_serves_course_code(tmp_path):
+    folder = _answers(
+        tmp_path / "a",
+        """
+        from lab_utils.memory import ModelSpec, weight_bytes
+        SPEC = dict(name="x", num_layers=2, hidden_size=64, num_attention_heads=4, num_kv_heads=2,
+                    head_dim=16, intermediate_size=128, vocab_size=100)
+        def reads():
+            return ModelSpec(**SPEC).num_params
+        def through_course_code():
+            return weight_bytes(ModelSpec(**SPEC), "float32")
+        """,
+    )
+    r = _runner(folder, tmp_path, ["lab_utils.memory.spec:ModelSpec.num_params"])
+    try:
+        with pytest.raises(UsesReference):
+            r.answer("reads")()
+        assert int(r.answer("through_course_code")()) > 0
+    finally:
+        r.close()
+
+
 def test_hangs_exits_floods_and_forged_replies_fail_their_question_only(tmp_path):
     folder = _answers(
         tmp_path / "a",

@@ -123,9 +123,12 @@ def forbid(specs: list[str]) -> None:
             for part in head.split("."):
                 owner = getattr(owner, part)
         original = getattr(owner, name)
-        guarded = (
-            _guard_class(original, spec) if isinstance(original, type) else _guard_function(original, spec)
-        )
+        if isinstance(original, property):  # a property (ModelSpec.num_params): guard its getter
+            guarded = property(_guard_function(original.fget, spec), doc=original.__doc__)
+        elif isinstance(original, type):
+            guarded = _guard_class(original, spec)
+        else:
+            guarded = _guard_function(original, spec)
         # the course library's copies, and a foreign package's own submodules that hold the same
         # object (numpy.percentile is also numpy.lib._function_base_impl.percentile)
         root = module_name.split(".")[0]

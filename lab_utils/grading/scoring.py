@@ -71,6 +71,7 @@ def _code_objects(obj) -> set:
                     if code is not None:
                         codes.add(code)
     else:
+        obj = getattr(obj, "fget", None) or obj  # a property (ModelSpec.num_params): its getter
         code = getattr(obj, "__code__", None) or getattr(getattr(obj, "__func__", None), "__code__", None)
         if code is None:  # numpy's array-function dispatchers (np.percentile) keep the function aside
             code = getattr(getattr(obj, "_implementation", None), "__code__", None)
@@ -174,6 +175,8 @@ def _run(q: Question, fn, values: dict, extra: dict, forbidden: list) -> tuple[f
             return None, REFERENCE, f"your answer calls the course's reference `{watch.hit.split(':')[-1]}`"
         return None, WRONG, str(exc) or "the check's assertion failed"
     except Exception as exc:  # a learner's code may raise anything; report it, do not crash
+        if watch.hit:  # it called a reference first (the sandbox's stand-in would have refused)
+            return None, REFERENCE, f"your answer calls the course's reference `{watch.hit.split(':')[-1]}`"
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return None, ERROR, f"your answer raised {last}"
     if watch.hit:
