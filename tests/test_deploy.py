@@ -320,19 +320,38 @@ def _answers():
         f |= {"selector_mismatch"} if doc["spec"]["selector"]["matchLabels"] != t else set()
         return f
 
-    def fix_manifest(doc):
-        from lab_utils.deploy.manifests import replica_deployment
-
-        good = replica_deployment()
+    def fix_manifest(doc):  # a repair of the faults found, nothing else
         out = copy.deepcopy(doc)
-        c, g = (
-            out["spec"]["template"]["spec"]["containers"][0],
-            good["spec"]["template"]["spec"]["containers"][0],
-        )
-        args, ports = c["args"], [{"name": "http", "containerPort": int(c["ports"][0]["containerPort"])}]
-        out["spec"]["template"]["spec"] = good["spec"]["template"]["spec"]
-        g["args"], g["ports"] = args, ports
-        out["spec"]["selector"]["matchLabels"] = dict(out["spec"]["template"]["metadata"]["labels"])
+        pod = out["spec"]["template"]["spec"]
+        c = pod["containers"][0]
+        faults = manifest_faults(out)
+        if "latest_tag" in faults:
+            c["image"] = c["image"].rsplit("/", 1)[0] + "/" + c["image"].rsplit("/", 1)[1].split(":")[0]
+            c["image"] += ":v0.32.0"
+        if "gpu_not_in_limits" in faults:
+            c["resources"].setdefault("limits", {})["nvidia.com/gpu"] = c["resources"]["requests"].pop(
+                "nvidia.com/gpu"
+            )
+        if "token_literal" in faults:
+            c["env"] = [e for e in c["env"] if e["name"] != "HF_TOKEN"] + [
+                {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}}
+            ]
+        for bad, good in (
+            ("readinesProbe", "readinessProbe"),
+            ("startUpProbe", "startupProbe"),
+            ("livenesProbe", "livenessProbe"),
+        ):
+            if bad in c:
+                c[good] = c.pop(bad)
+        if "port_as_string" in faults:
+            c["ports"][0]["containerPort"] = int(c["ports"][0]["containerPort"])
+        if "no_model_cache" in faults:
+            pod["volumes"].append(
+                {"name": "cache", "persistentVolumeClaim": {"claimName": "vllm-model-cache"}}
+            )
+            c["volumeMounts"].append({"name": "cache", "mountPath": CACHE_PATH})
+        if "selector_mismatch" in faults:
+            out["spec"]["selector"]["matchLabels"] = dict(out["spec"]["template"]["metadata"]["labels"])
         return out
 
     def modernize_modal(old):
@@ -478,6 +497,35 @@ def test_library_helpers_that_do_the_work_score_zero():
     assert score_graded(get("10.valid_tp"), dict(ans, valid_tp_degrees=recommender_tp), 5).earned == 0
     assert not hasattr(routing, "reference_hit_fraction") and not hasattr(routing, "expected_distinct")
     assert not hasattr(parallel, "reference_plan")
+
+
+def test_a_fresh_correct_deployment_is_no_repair():
+    """fix_manifest as the packaged correct Deployment with the broken one's name, replicas, args,
+    ports and pinned image pasted in passed every check before the hidden Deployments got settings
+    of their own (GPU count, memory, env, probe budget, Secret and claim names): now only the
+    fault-naming half scores."""
+    from grader.judge import score_graded
+    from lab_utils.deploy.manifests import _container, replica_deployment
+    from lab_utils.grading import get
+
+    def swapped(doc):
+        out = copy.deepcopy(doc)
+        c = _container(out)
+        args, image = c["args"], c["image"]
+        ports = [{"name": "http", "containerPort": int(c["ports"][0]["containerPort"])}]
+        out["spec"]["template"]["spec"] = replica_deployment()["spec"]["template"]["spec"]
+        g = _container(out)
+        g["args"], g["ports"] = args, ports
+        if ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest"):
+            g["image"] = image
+        out["spec"]["selector"]["matchLabels"] = dict(out["spec"]["template"]["metadata"]["labels"])
+        return out
+
+    ans = _answers()
+    q = get("10.fix_manifest")
+    for seed in (0, 5):
+        assert score_graded(q, ans, seed).earned == q.points
+        assert score_graded(q, dict(ans, fix_manifest=swapped), seed).earned <= q.points / 2
 
 
 def test_router_compose_gives_each_replica_its_own_gpu_and_waits_for_them():

@@ -261,6 +261,119 @@ def _(plan_parallelism, rng, scenario):
         raise AssertionError(f"wrong on {wrong} of {total} unseen (model, GPU, SLO) cases")
 
 
+def _leaves(x, path=()):
+    """{path: value} for every leaf of a YAML document (lists by index)."""
+    if isinstance(x, dict):
+        out = {}
+        for k, v in x.items():
+            out.update(_leaves(v, (*path, str(k))))
+        return out or {path: {}}
+    if isinstance(x, list):
+        out = {}
+        for i, v in enumerate(x):
+            out.update(_leaves(v, (*path, i)))
+        return out or {path: []}
+    return {path: x}
+
+
+_C = ("spec", "template", "spec", "containers", 0)
+_PROBES = {"readinessProbe", "readinesProbe", "startupProbe", "startUpProbe", "livenessProbe", "livenesProbe"}
+
+
+def _fault_of(path: tuple) -> str | None:
+    """The fault whose repair may change this leaf (None: no repair touches it)."""
+    if path[: len(_C)] == _C and len(path) > len(_C):
+        key = path[len(_C)]
+        return {
+            "image": "latest_tag",
+            "resources": "gpu_not_in_limits",
+            "env": "token_literal",
+            "ports": "port_as_string",
+            "volumeMounts": "no_model_cache",
+        }.get(key, "misspelt_probe" if key in _PROBES else None)
+    if path[:4] == ("spec", "template", "spec", "volumes"):
+        return "no_model_cache"
+    if path[:2] == ("spec", "selector"):
+        return "selector_mismatch"
+    return None
+
+
+def _changed_beyond(broken: dict, fixed: dict, faults: set) -> bool:
+    """True when the repair changed a part of the Deployment that none of its faults is in (a fresh
+    copy of a correct Deployment with the name, replicas and args pasted in changes labels, ports,
+    image, probes...: it repairs nothing, it replaces)."""
+    a, b = _leaves(broken), _leaves(fixed)
+    return any(
+        _fault_of(p) not in faults for p in set(a) | set(b) if a.get(p, KeyError) != b.get(p, KeyError)
+    )
+
+
+def _vary(doc: dict, faults: set, rng: random.Random) -> dict:
+    """Settings no fault touches, made this Deployment's own (a GPU count, a memory limit, a logging
+    variable, a startup budget, a shared-memory size, the Secret's and the claim's names), so that a
+    repair must keep what it did not need to change. Returns what a repaired copy must still hold."""
+    c = doc["spec"]["template"]["spec"]["containers"][0]
+    pod = doc["spec"]["template"]["spec"]
+    res = c["resources"]
+    gpus = str(rng.choice([1, 2, 4]))
+    for part in ("limits", "requests"):
+        if "nvidia.com/gpu" in (res.get(part) or {}):
+            res[part]["nvidia.com/gpu"] = gpus
+    memory = rng.choice(["24Gi", "48Gi", "64Gi"])
+    res["limits"]["memory"] = memory
+    level = rng.choice(["INFO", "DEBUG", "WARNING"])
+    c.setdefault("env", []).insert(0, {"name": "VLLM_LOGGING_LEVEL", "value": level})
+    budget = rng.choice([30, 90, 120])
+    for key in ("startupProbe", "startUpProbe"):
+        if key in c:
+            c[key]["failureThreshold"] = budget
+    shm = rng.choice(["4Gi", "16Gi"])
+    for v in pod["volumes"]:
+        if v["name"] == "shm":
+            v["emptyDir"]["sizeLimit"] = shm
+    want = {"gpus": gpus, "memory": memory, "level": level, "budget": budget, "shm": shm}
+    if "token_literal" not in faults:
+        secret = rng.choice(["hf-token-prod", "hub-credentials"])
+        for e in c["env"]:
+            if e["name"] == "HF_TOKEN":
+                e["valueFrom"]["secretKeyRef"]["name"] = secret
+        want["secret"] = secret
+    if "no_model_cache" not in faults:
+        claim = rng.choice(["models-eu", "vllm-cache-2"])
+        for v in pod["volumes"]:
+            if v.get("persistentVolumeClaim"):
+                v["persistentVolumeClaim"]["claimName"] = claim
+        want["claim"] = claim
+    return want
+
+
+def _kept(fixed: dict, want: dict) -> bool:
+    """The repaired copy still holds the Deployment's own settings of `_vary`."""
+    try:
+        c = fixed["spec"]["template"]["spec"]["containers"][0]
+        pod = fixed["spec"]["template"]["spec"]
+        env = {e.get("name"): e for e in c.get("env") or []}
+        ok = (
+            str(c["resources"]["limits"]["nvidia.com/gpu"]) == want["gpus"]
+            and c["resources"]["limits"].get("memory") == want["memory"]
+            and (env.get("VLLM_LOGGING_LEVEL") or {}).get("value") == want["level"]
+            and c["startupProbe"].get("failureThreshold") == want["budget"]
+            and any(
+                (v.get("emptyDir") or {}).get("sizeLimit") == want["shm"] for v in pod.get("volumes") or []
+            )
+        )
+        if "secret" in want:
+            ok = ok and env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == want["secret"]
+        if "claim" in want:
+            ok = ok and any(
+                (v.get("persistentVolumeClaim") or {}).get("claimName") == want["claim"]
+                for v in pod.get("volumes") or []
+            )
+        return bool(ok)
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return False
+
+
 @hidden("10.fix_manifest")
 def _(manifest_faults, fix_manifest, rng, scenario):
     from lab_utils.deploy.manifests import break_deployment, deployment_problems, kept_settings
@@ -269,9 +382,15 @@ def _(manifest_faults, fix_manifest, rng, scenario):
     n = 10
     for _ in range(n):
         doc, faults = break_deployment(rng)
+        want = _vary(doc, faults, rng)
         found += {str(f) for f in manifest_faults(copy.deepcopy(doc))} == faults
         fixed = fix_manifest(copy.deepcopy(doc))
-        fixed_ok += not deployment_problems(fixed) and not kept_settings(doc, fixed)
+        fixed_ok += (
+            not deployment_problems(fixed)
+            and not kept_settings(doc, fixed)
+            and not _changed_beyond(doc, fixed, faults)
+            and _kept(fixed, want)
+        )
     frac = (found + fixed_ok) / (2 * n)
     if frac == 0:
         raise AssertionError(
