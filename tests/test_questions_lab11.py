@@ -39,7 +39,15 @@ def gpus_needed_no_replication(w, kv, mem, util, reserve, heads, kv_heads, max_t
     return None
 
 
-def critical_batch(peak_tflops, bandwidth_gb_s, bytes_per_param):
+def critical_batch(peak_tflops, bandwidth_gb_s, bytes_per_param, num_params=None, kv_per_token=0, context=0):
+    ridge = peak_tflops * 1e3 / bandwidth_gb_s
+    if not kv_per_token * context:
+        return ridge * bytes_per_param / 2
+    spare = 2 * num_params - ridge * kv_per_token * context
+    return None if spare <= 0 else ridge * num_params * bytes_per_param / spare
+
+
+def critical_batch_weights_only(peak_tflops, bandwidth_gb_s, bytes_per_param, *kv):
     return peak_tflops * 1e3 / bandwidth_gb_s * bytes_per_param / 2
 
 
@@ -49,12 +57,17 @@ def batching_gain(output_lens, batch_size):
     return static / (sum(lens) / batch_size)
 
 
-def spec_expected_tokens(alpha, k):
-    return sum(alpha**i for i in range(k + 1))
+def spec_expected_tokens(accept):
+    return 1 + sum(math.prod(accept[: i + 1]) for i in range(len(accept)))
 
 
-def spec_speedup(alpha, k, c):
-    return spec_expected_tokens(alpha, k) / (1 + k * c)
+def spec_speedup(accept, c):
+    return spec_expected_tokens(accept) / (1 + len(accept) * c)
+
+
+def spec_one_rate(accept):  # the drill's formula with the first position's rate for every position
+    a, k = accept[0], len(accept)
+    return (1 - a ** (k + 1)) / (1 - a)
 
 
 def cost_per_million_tokens(price, n, tps):
@@ -104,8 +117,8 @@ def answer_drill(kind, x):
             t <= x["ttft_slo_s"] and p <= x["tpot_slo_s"] for t, p in zip(x["ttfts_s"], x["tpots_s"])
         )
         / x["duration_s"],
-        "spec_expected_tokens": lambda: spec_expected_tokens(x["alpha"], x["k"]),
-        "spec_speedup": lambda: spec_speedup(x["alpha"], x["k"], x["draft_cost_ratio"]),
+        "spec_expected_tokens": lambda: spec_expected_tokens([x["alpha"]] * x["k"]),
+        "spec_speedup": lambda: spec_speedup([x["alpha"]] * x["k"], x["draft_cost_ratio"]),
         "quant_memory_ratio": lambda: (x["linear_params"] + x["other_params"]) * 2 / q(x),
         "quant_batch1_tokens_per_s": lambda: x["bandwidth_gb_s"] * 1e9 / q(x),
         "prefix_prefill_saved": lambda: blocks(x) / (x["prefix_tokens"] + x["suffix_tokens"]),
@@ -176,9 +189,16 @@ def test_stubs_and_references_score_zero():
         raise NotImplementedError
 
     assert sum(r.earned for r in _score({k: stub for k in answers()}, 3).values()) == 0
-    refs = dict(answers(), gpus_needed=calc.gpus_needed, critical_batch=calc.critical_batch)
+    refs = dict(
+        answers(),
+        gpus_needed=calc.gpus_needed,
+        critical_batch=calc.critical_batch,
+        spec_expected_tokens=calc.spec_expected_tokens,
+        spec_speedup=calc.spec_speedup,
+    )
     got = _score(refs, 3)
-    assert got["11.gpus_needed"].earned == 0 and got["11.critical_batch"].earned == 0
+    for qid in ("11.gpus_needed", "11.critical_batch", "11.speculative"):
+        assert got[qid].earned == 0, (qid, got[qid])
 
 
 def test_memorised_submission_scores_nothing():
@@ -207,7 +227,134 @@ def test_wrong_models_fail():
         chat_replicas=decode_only,
         batching_summary=mean_not_median,
         gpus_needed=gpus_needed_no_replication,
+        critical_batch=critical_batch_weights_only,
+        spec_expected_tokens=spec_one_rate,
     )
-    for qid in ("11.predict_batching", "11.chat_replicas", "11.measured_batching", "11.gpus_needed"):
+    for qid in (
+        "11.predict_batching",
+        "11.chat_replicas",
+        "11.measured_batching",
+        "11.gpus_needed",
+        "11.critical_batch",
+        "11.speculative",
+    ):
         r = score_graded(get(qid), wrong, 3)
         assert r.earned < r.points, (qid, r)
+
+
+def _simulated_gain(batching):  # lab 03's simulator at one unit per step: the prediction's own model
+    from lab_utils.sim import ContinuousBatching, StaticBatching, StepCostModel, fixed_workload, simulate
+
+    lens, b = list(batching["output_lens"]), int(batching["batch_size"])
+    work = fixed_workload([int(batching["prompt_len"])] * len(lens), lens)
+    cost = StepCostModel(fixed_s=1.0, per_token_s=0.0)
+    ends = [
+        max(r.finish_time for r in simulate(work, policy, cost).requests)
+        for policy in (
+            StaticBatching(batch_size=b),
+            ContinuousBatching(max_num_seqs=b, max_num_batched_tokens=10**6),
+        )
+    ]
+    return ends[0] / ends[1]
+
+
+def _library_median_summary(lens, static, cont):
+    import statistics
+
+    return {"gain": max(static) / max(cont), "p50_ratio": statistics.median(static) / statistics.median(cont)}
+
+
+def _replayed_drill(kind, inputs):  # a drill regenerated from its inputs carries its answer
+    from lab_utils.drills import TOPICS, make_drills
+
+    for seed in range(300):
+        for d in make_drills(seed, n=len(TOPICS)):
+            if d.kind == kind and d.inputs == dict(inputs):
+                return d.answer
+    return None
+
+
+def test_library_shortcuts_score_zero():
+    """The simulator that is the prediction's model, the median helpers, and drills replayed by the
+    course's own generator are each forbidden where they would do a question's work."""
+    b = lab_scenario("11", 3)["batching"]
+    assert _simulated_gain(b) == pytest.approx(predicted_gain(b), rel=1e-9)  # it would be a bypass
+    cases = {
+        "11.predict_batching": dict(answers(), predicted_gain=_simulated_gain),
+        "11.measured_batching": dict(answers(), batching_summary=_library_median_summary),
+        "11.drill_answers": dict(answers(), answer_drill=_replayed_drill),
+    }
+    for qid, ans in cases.items():
+        assert score_graded(get(qid), ans, 3).earned == 0, qid
+
+
+_TORCH_SUMMARY = """
+import torch
+
+
+def batching_summary(output_lens, static_finish_s, continuous_finish_s):
+    def med(xs):
+        return float(torch.tensor(xs, dtype=torch.float64).FN(0.5))
+
+    return {"gain": max(static_finish_s) / max(continuous_finish_s),
+            "p50_ratio": med(static_finish_s) / med(continuous_finish_s)}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fn", ["quantile", "nanquantile"])
+def test_a_batching_summary_built_on_torch_scores_zero_in_the_sandbox(tmp_path, fn):
+    """torch's quantile (a method of a tensor, in C) interpolates the median in one call: the judge's
+    sandbox replaces it by a stub that raises (the in-process watch sees only Python frames)."""
+    from grader.grader import Grader
+    from grader.memorise import save_answers
+
+    ns = {"__name__": "__main__"}
+    exec(compile(_TORCH_SUMMARY.replace("FN", fn), "<notebook>", "exec"), ns)
+    assert ns["batching_summary"]([1, 1], [1.0, 3.0], [1.0, 1.0])["p50_ratio"] == pytest.approx(2.0)
+    save_answers({"batching_summary": ns["batching_summary"]}, tmp_path / "answers")
+    grader = Grader(tmp_path / "out", seed=5, copies="off")
+    try:
+        results = {r.id: r for r in grader.judge_saved("11", tmp_path / "answers")}
+    finally:
+        grader.close()
+    assert results["11.measured_batching"].earned == 0, results["11.measured_batching"].message
+
+
+_REPLAY = """
+import random
+
+from lab_utils.drills.topics import GENERATORS
+
+
+def answer_drill(kind, inputs):
+    for gen in GENERATORS.values():
+        for seed in range(1500):
+            spec = gen(random.Random(seed))
+            if spec.kind == kind and spec.inputs == dict(inputs):
+                return spec.answer
+    return None
+"""
+
+
+@pytest.mark.slow
+def test_drills_replayed_from_the_generators_table_score_zero_in_the_sandbox(tmp_path):
+    """A drill regenerated until its inputs match carries its answer: 29 of 36 fresh drills come back
+    from 3,000 seeds per topic in 2 s. The generators are forbidden, and the judge's call watch
+    catches them even when reached through the module's GENERATORS table, not a module attribute."""
+    from grader.grader import Grader
+    from grader.memorise import save_answers
+    from lab_utils.drills import make_drills
+
+    ns = {"__name__": "__main__"}
+    exec(compile(_REPLAY, "<notebook>", "exec"), ns)
+    d = make_drills(0, topics=["roofline"], n=1)[0]
+    assert ns["answer_drill"](d.kind, d.inputs) == d.answer  # it works outside the sandbox
+    save_answers({"answer_drill": ns["answer_drill"]}, tmp_path / "answers")
+    grader = Grader(tmp_path / "out", seed=5, copies="off")
+    try:
+        results = {r.id: r for r in grader.judge_saved("11", tmp_path / "answers")}
+    finally:
+        grader.close()
+    r = results["11.drill_answers"]
+    assert r.earned == 0 and "reference" in r.message, r.message

@@ -1,9 +1,10 @@
 """Lab 11: hidden checks (the grader's; never inside a sandbox).
 
 Cases come from the judge's key, not the notebook's SEED; public checks and the scenario are in
-`lab_utils.grading.questions.lab11`. The calculators are graded against `lab_utils.drills.calc`
-(forbidden to the answers); the batching prediction, the measurement's analysis and the chat sizing
-against the references here.
+`lab_utils.grading.questions.lab11`. The simple calculators are graded against `lab_utils.drills.calc`
+(forbidden to the answers); the critical batch with KV reads, speculative decoding with per-position
+acceptance, the batching prediction, the measurement's analysis and the chat sizing against the
+references here.
 """
 
 from __future__ import annotations
@@ -38,13 +39,32 @@ def _(gpus_needed, rng, scenario):
     return partial(ok, n, "sizing cases")
 
 
+def _ref_critical(
+    peak_tflops, bandwidth_gb_s, bytes_per_param, num_params=None, kv_bytes_per_token=0, context=0
+):
+    """Batch B where 2 P B FLOPs over (P b + B x KV bytes per sequence) bytes reaches the ridge."""
+    ridge = peak_tflops * 1e12 / (bandwidth_gb_s * 1e9)
+    kv = kv_bytes_per_token * context
+    if not kv:
+        return ridge * bytes_per_param / 2
+    spare = 2 * num_params - ridge * kv  # FLOPs one more sequence brings, less the ridge's worth of its bytes
+    return None if spare <= 0 else ridge * num_params * bytes_per_param / spare
+
+
 @hidden("11.critical_batch")
 def _(critical_batch, rng, scenario):
-    ok, n = 0, 20
-    for _ in range(n):
+    ok, n = 0, 24
+    for i in range(n):
         args = (rng.uniform(50, 2500), rng.uniform(200, 8000), rng.choice([0.5, 1.0, 2.0, 4.0]))
-        ok += close(critical_batch(*args), calc.critical_batch(*args))
-    return partial(ok, n, "GPUs")
+        if i % 4:  # most cases read a KV cache too; some of them never turn compute-bound
+            args += (
+                rng.choice([1e9, 8e9, 14e9, 70e9, 405e9]),
+                rng.choice([16, 32, 64, 128, 160, 320]) * 1024,
+                rng.choice([16, 64, 256, 1024, 4096, 32_768]),
+            )
+        want, got = _ref_critical(*args), critical_batch(*args)
+        ok += (got is None) if want is None else close(got, want, 1e-6)
+    return partial(ok, n, "GPUs and workloads")
 
 
 @hidden("11.batching_gain")
@@ -57,15 +77,32 @@ def _(batching_gain, rng, scenario):
     return partial(ok, n, "workloads")
 
 
+def _ref_expected_tokens(accept) -> float:
+    """1 + the chance the first draft survives + the chance the first two do + ..."""
+    total, alive = 1.0, 1.0
+    for p in accept:
+        alive *= p
+        total += alive
+    return total
+
+
 @hidden("11.speculative")
 def _(spec_expected_tokens, spec_speedup, rng, scenario):
     ok, n = 0, 20
-    for _ in range(n):
-        a, k, c = round(rng.uniform(0.05, 0.95), 3), rng.randint(1, 10), round(rng.uniform(0.01, 0.5), 3)
-        ok += close(spec_expected_tokens(a, k), calc.spec_expected_tokens(a, k)) and close(
-            spec_speedup(a, k, c), calc.spec_speedup(a, k, c)
+    for i in range(n):
+        k, c = rng.randint(1, 10), round(rng.uniform(0.01, 0.5), 3)
+        if i % 3 == 0:  # one acceptance rate for every position
+            accept = [round(rng.uniform(0.05, 0.95), 3)] * k
+        else:  # later positions accept less often, as vLLM's per-position counters show
+            accept, p = [], rng.uniform(0.5, 0.97)
+            for _ in range(k):
+                accept.append(round(p, 3))
+                p *= rng.uniform(0.6, 1.0)
+        e = _ref_expected_tokens(accept)
+        ok += close(spec_expected_tokens(list(accept)), e, 1e-9) and close(
+            spec_speedup(list(accept), c), e / (1 + k * c), 1e-9
         )
-    return partial(ok, n, "(alpha, k, cost) cases")
+    return partial(ok, n, "(acceptance, cost) cases")
 
 
 @hidden("11.cost_per_million")
