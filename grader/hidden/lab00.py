@@ -39,7 +39,23 @@ def _(queries_per_kv_head, rng, scenario):
         if rng.random() < 0.8:
             cfg["num_key_value_heads"] = kv
         cases.append(cfg)
-    wrong = sum(int(queries_per_kv_head(dict(c))) != _group(c) for c in cases)
+    # multimodal wrappers (Gemma 3, Llama 4, Qwen2.5-VL): the language model under text_config, a
+    # vision encoder beside it with heads of its own (multi-head attention)
+    for c in rng.sample(cases, 8):
+        vision_heads = rng.choice([12, 16])
+        cases.append(
+            {
+                "model_type": rng.choice(["gemma3", "llama4", "qwen2_5_vl", "mistral3"]),
+                "text_config": dict(c),
+                "vision_config": {"num_attention_heads": vision_heads, "hidden_size": 64 * vision_heads},
+            }
+        )
+    wrong = 0
+    for c in cases:
+        try:
+            wrong += int(queries_per_kv_head(dict(c))) != _group(c.get("text_config") or c)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            wrong += 1
     assert not wrong, f"wrong on {wrong} of {len(cases)} unseen configs"
 
 
@@ -75,36 +91,71 @@ def _(request_prompt_tokens, rng, scenario):
     return partial(passed, len(cases), "conversations")
 
 
-def _reference_deltas(tok, prompt_ids, output_ids) -> list[str]:
-    new, sent, out = list(output_ids)[len(prompt_ids) :], "", []
+def _reference_deltas(tok, prompt_ids, output_ids, stop=()) -> list[str]:
+    new, sent, out, done = list(output_ids)[len(prompt_ids) :], "", [], False
+    stop = [s for s in stop if s]
     for i in range(len(new)):
+        if done:  # the stream ended at a stop string
+            out.append("")
+            continue
         text = tok.decode(new[: i + 1], skip_special_tokens=True)
-        delta = "" if text.endswith("\ufffd") else text[len(sent) :]
+        found = [text.find(s) for s in stop if s in text]
+        if found:
+            text, done = text[: min(found)], True
+        elif text.endswith("\ufffd"):
+            out.append("")
+            continue
+        elif i < len(new) - 1:  # hold back an ending that may grow into a stop string
+            hold = max((k for s in stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+            text = text[: len(text) - hold]
+        delta = text[len(sent) :]
         sent += delta
         out.append(delta)
     return out
+
+
+def _stops(rng, reply_text: str) -> list[str]:
+    """Stop strings for a reply: none, one that occurs (a word, two words, a character), one whose
+    beginning occurs but not the whole, or a mix."""
+    words = reply_text.split()
+    kind = rng.random()
+    if kind < 0.2 or len(words) < 2:
+        return []
+    if kind < 0.4:  # a word of the reply (with its leading space, or without)
+        w = rng.choice(words[1:])
+        return [rng.choice([w, " " + w, w[:3]])]
+    if kind < 0.55:  # two words across a token boundary
+        i = rng.randrange(len(words) - 1)
+        return [words[i][-2:] + " " + words[i + 1][:2]]
+    if kind < 0.75:  # only the beginning occurs: held back, then released
+        w = rng.choice(words)
+        return [w + "!!", rng.choice(["\n\n", "###"])]
+    if kind < 0.9:  # a character of the reply, possibly outside ASCII
+        return [rng.choice([c for c in reply_text if not c.isspace()])]
+    return ["###", rng.choice(words)[:4], "?!"]
 
 
 def _ids_case(tok, rng):
     special = [tok.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>")]
     words = [rng.choice(_WORDS) for _ in range(rng.randint(2, 8))]
     prompt = special[:1] + tok(" ".join(words))["input_ids"] + special[1:]
-    reply = tok(" " + _sentence(rng, other=rng.choice([0.0, 0.3, 0.6])))["input_ids"]
+    text = " " + _sentence(rng, other=rng.choice([0.0, 0.3, 0.6]))
+    reply = tok(text)["input_ids"]
     out = prompt + reply + ([special[1]] if rng.random() < 0.7 else [])
-    return prompt, out
+    return prompt, out, _stops(rng, text)
 
 
 @hidden("00.stream_deltas")
 def _(stream_deltas, rng, scenario):
     tok = _tokenizer()
-    cases = [_ids_case(tok, rng) for _ in range(12)]
+    cases = [_ids_case(tok, rng) for _ in range(16)]
     passed = 0
-    for p, o in cases:
+    for p, o, stop in cases:
         try:
-            got = [str(d) for d in stream_deltas(tok, list(p), list(o))]
+            got = [str(d) for d in stream_deltas(tok, list(p), list(o), list(stop))]
         except (TypeError, ValueError):
             continue
-        passed += got == _reference_deltas(tok, p, o)
+        passed += got == _reference_deltas(tok, p, o, stop)
     return partial(passed, len(cases), "token sequences")
 
 

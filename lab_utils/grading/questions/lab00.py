@@ -68,9 +68,16 @@ def _tokenizer():
 # --- 00.queries_per_kv_head ------------------------------------------------------------------
 
 
-@question("00.queries_per_kv_head", points=1, answers=["queries_per_kv_head"])
+@question(
+    "00.queries_per_kv_head",
+    points=1,
+    answers=["queries_per_kv_head"],
+    # lab 01's calculator reads configs, multimodal wrappers included
+    forbid=["lab_utils.memory.spec:ModelSpec"],
+)
 def _(queries_per_kv_head):
-    """A function: query heads sharing one KV head, from a config dict."""
+    """A function: query heads sharing one KV head in the language model, from a config dict (plain,
+    or a multimodal wrapper with the language model under text_config)."""
     got = queries_per_kv_head({"num_attention_heads": 12, "num_key_value_heads": 4, "hidden_size": 768})
     assert float(got) == int(float(got)), "a whole number of query heads per KV head"
     assert int(got) != 4, "that is the number of KV heads, not how many query heads share each one"
@@ -106,14 +113,16 @@ def _(request_prompt_tokens):
 # --- 00.stream_deltas ------------------------------------------------------------------------
 
 
+# tokenizers' DecodeStream holds back half characters by itself; the stop strings are what is asked
 @question("00.stream_deltas", points=2, answers=["stream_deltas"])
 def _(stream_deltas):
-    """stream_deltas(tokenizer, prompt_ids, output_ids): the text each new token adds to a stream."""
+    """stream_deltas(tokenizer, prompt_ids, output_ids, stop): the text each new token adds to a stream
+    that ends before the first stop string."""
     tok = _tokenizer()
     prompt = tok("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")["input_ids"]
     reply = tok("Hello 👋 there.")["input_ids"]
     out = prompt + reply + [tok.convert_tokens_to_ids("<|im_end|>")]
-    deltas = [str(d) for d in stream_deltas(tok, list(prompt), list(out))]
+    deltas = [str(d) for d in stream_deltas(tok, list(prompt), list(out), [])]
     assert len(deltas) == len(reply) + 1, "one delta per generated token (some may be empty)"
     assert "user" not in "".join(deltas), "stream only what came after the prompt"
     assert "<|im_end|>" not in "".join(deltas), "leave out the special tokens the template and the model emit"
@@ -121,6 +130,13 @@ def _(stream_deltas):
         "a client shows each delta at once: never send half a character (look at the emoji's tokens)"
     )
     assert "".join(deltas) == "Hello 👋 there.", "the deltas, joined, are the reply's text"
+    cut = [str(d) for d in stream_deltas(tok, list(prompt), list(out), ["there!", "."])]
+    assert len(cut) == len(reply) + 1, "with stop strings too: one delta per generated token"
+    assert "".join(cut) == "Hello 👋 there", "the stream ends before the first stop string, which is not sent"
+    assert [i for i, d in enumerate(cut) if "there" in d] == [len(reply) - 1], (
+        "' there' might have been the start of the stop string 'there!': a client must never see text "
+        "that a later token turns into a stop string, so it waits until the next token decides"
+    )
 
 
 # --- 00.decode_prediction (predict, then measure) --------------------------------------------
