@@ -100,11 +100,13 @@ def scenario_spec_speedup(s):
 
 
 def scenario_ttft_s(s):
-    from lab_utils.memory import GPUS, ModelSpec
+    from lab_utils.memory import GPUS
 
-    spec, gpu = ModelSpec(**s["model"]), GPUS[s["gpu"]]
+    m = s["model"]
+    q, kv = m["num_attention_heads"] * m["head_dim"], m["num_kv_heads"] * m["head_dim"]
+    weights = m["num_layers"] * m["hidden_size"] * (2 * q + 2 * kv + 3 * m["intermediate_size"])
     return prefill_ttft_s(
-        spec.non_embedding_params, s["prompt_tokens"], gpu.bf16_tflops, s["mfu"], *s["ttft_parallel"]
+        weights, s["prompt_tokens"], GPUS[s["gpu"]].bf16_tflops, s["mfu"], *s["ttft_parallel"]
     )
 
 
@@ -130,6 +132,13 @@ def lab01_answers(seed: int) -> dict:
 
 
 def queries_per_kv_head(config):
+    config = config.get("text_config", config)
+    return config["num_attention_heads"] // (
+        config.get("num_key_value_heads") or config["num_attention_heads"]
+    )
+
+
+def _top_level_heads(config):  # the previous answer: a multimodal wrapper's heads are not at the top
     return config["num_attention_heads"] // (
         config.get("num_key_value_heads") or config["num_attention_heads"]
     )
@@ -147,13 +156,45 @@ def request_prompt_tokens(tokenizer, messages):
     ]
 
 
-def stream_deltas(tokenizer, prompt_ids, output_ids):
-    new, sent, out = output_ids[len(prompt_ids) :], "", []
-    for i in range(len(new)):
-        text = tokenizer.decode(new[: i + 1], skip_special_tokens=True)
-        delta = "" if text.endswith("\ufffd") else text[len(sent) :]
-        sent += delta
-        out.append(delta)
+def stream_deltas(tokenizer, prompt_ids, output_ids, stop):
+    """tokenizers' DecodeStream for the half characters; the stop strings by hand."""
+    from tokenizers.decoders import DecodeStream
+
+    stream, text, sent, out, ended = DecodeStream(skip_special_tokens=True), "", "", [], False
+    new = output_ids[len(prompt_ids) :]
+    for i, token in enumerate(new):
+        piece = stream.step(tokenizer._tokenizer, token)  # None: half a character, or a special token
+        if ended or (piece is None and i < len(new) - 1):
+            out.append("")
+            continue
+        text += piece or ""
+        cuts = [text.find(s) for s in stop if s and s in text]
+        visible = text[: min(cuts)] if cuts else text
+        if not cuts and i < len(new) - 1:  # an ending that may become a stop string waits
+            wait = max((k for s in stop for k in range(1, len(s)) if visible.endswith(s[:k])), default=0)
+            visible = visible[: len(visible) - wait]
+        ended = bool(cuts)
+        out.append(visible[len(sent) :])
+        sent = visible
+    return out
+
+
+def _decode_stream_only(tokenizer, prompt_ids, output_ids, stop):
+    """Half characters handled by the library, stop strings ignored."""
+    return stream_deltas(tokenizer, prompt_ids, output_ids, [])
+
+
+def _cut_without_waiting(tokenizer, prompt_ids, output_ids, stop):
+    """Cuts at a stop string but sends every ending at once (a client may see the start of a stop)."""
+    out, text, sent, ended = [], "", "", False
+    for d in stream_deltas(tokenizer, prompt_ids, output_ids, []):
+        text += d
+        cuts = [text.find(s) for s in stop if s and s in text]
+        visible = text[: min(cuts)] if cuts else text
+        out.append("" if ended else visible[len(sent) :])
+        if not ended:
+            sent = visible
+        ended = ended or bool(cuts)
     return out
 
 
@@ -195,7 +236,7 @@ def lab00_answers(seed: int) -> dict:
 # --- wrong but plausible answers, forbidden references ------------------------------------------
 
 WRONG = {
-    "00.queries_per_kv_head": {"queries_per_kv_head": lambda c: c.get("num_key_value_heads", 1)},
+    "00.queries_per_kv_head": {"queries_per_kv_head": _top_level_heads},
     "00.count_chat_tokens": {  # the whole conversation once, as if the API kept state
         "request_prompt_tokens": lambda tok, m: [
             len(
@@ -205,9 +246,7 @@ WRONG = {
             )
         ]
     },
-    "00.stream_deltas": {  # each token decoded on its own: half characters reach the client
-        "stream_deltas": lambda tok, p, o: [tok.decode([t], skip_special_tokens=True) for t in o[len(p) :]]
-    },
+    "00.stream_deltas": {"stream_deltas": _decode_stream_only},  # the library's half of the work
     "00.decode_prediction": {"predicted_tokens_per_s": _all_weights_tokens_per_s},
     "01.kv_bytes_per_token": {"kv_bytes_per_token": lambda L, H, D, B: L * H * D * B},
     "01.vllm_capacity": {
@@ -266,6 +305,11 @@ def _forbidden_cases():
             "prefill_ttft_s",
             calc.prefill_ttft_s,
             lambda n, p, t, m, tp, pp: calc.prefill_ttft_s(n, p, t, m, tp),
+        ),
+        "00.queries_per_kv_head": (
+            "queries_per_kv_head",
+            ModelSpec,
+            lambda c: (lambda s: s.num_attention_heads // s.num_kv_heads)(ModelSpec.from_hf_config(c)),
         ),
         "00.decode_prediction": (
             "predicted_tokens_per_s",
@@ -455,3 +499,57 @@ def test_scenario_answers_typed_in_or_copied_score_little():
         return scenario_ttft_s({**sc, "gpu": s["gpu"]})
 
     assert score_graded(get("01.prefill_ttft"), {**good, "scenario_ttft_s": fixed_gpu}, seed).earned < 2
+
+
+@slow
+def test_stream_deltas_must_hold_back_what_may_become_a_stop_string():
+    """Half characters alone (what tokenizers' DecodeStream does) earn nothing; cutting at the stop
+    string without holding its beginning back is wrong on the cases where a stop string spans tokens."""
+    q, good = get("00.stream_deltas"), lab00_answers(SEEDS[0])
+    assert score_graded(q, good, SEEDS[0]).earned == q.points
+    assert score_graded(q, {**good, "stream_deltas": _decode_stream_only}, SEEDS[0]).earned == 0
+    hasty = score_graded(q, {**good, "stream_deltas": _cut_without_waiting}, SEEDS[0])
+    assert hasty.earned == 0, hasty  # the public case already shows ' there' too early
+
+
+def test_multimodal_configs_count_the_language_model():
+    q = get("00.queries_per_kv_head")
+    assert score_graded(q, {"queries_per_kv_head": queries_per_kv_head}, SEEDS[1]).earned == q.points
+    assert score_graded(q, {"queries_per_kv_head": _top_level_heads}, SEEDS[1]).earned == 0
+
+
+def test_ttft_may_not_read_the_calculators_parameter_counts():
+    """ModelSpec's parameter counts are the answer's second half: read in the sandbox, they refuse."""
+    from lab_utils.memory import GPUS, ModelSpec
+
+    seed = 5
+    good = _answers("01.prefill_ttft", seed)
+
+    def via(attr):
+        def scenario_ttft(s):
+            spec = ModelSpec(**s["model"])
+            n = getattr(spec, attr)
+            n = n(s["prompt_tokens"]) / (2 * s["prompt_tokens"]) if attr == "prefill_flops" else n
+            if attr == "num_params":
+                n -= spec.embedding_params
+            return prefill_ttft_s(
+                n, s["prompt_tokens"], GPUS[s["gpu"]].bf16_tflops, s["mfu"], *s["ttft_parallel"]
+            )
+
+        return scenario_ttft
+
+    q = get("01.prefill_ttft")
+    for attr in ("non_embedding_params", "num_params", "prefill_flops"):
+        r = score_graded(q, {**good, "scenario_ttft_s": via(attr)}, seed)
+        assert r.earned == 0 and r.status == "uses the reference", (attr, r)
+
+
+def test_the_vllm_functions_the_lab_points_to_exist():
+    """Lab 01 sends the learner to vLLM's source for the logged KV capacity: those names must exist."""
+    import importlib.util
+
+    source = Path(importlib.util.find_spec("vllm").origin).parent / "v1" / "core" / "kv_cache_utils.py"
+    text = source.read_text()
+    for name in ("def get_kv_cache_capacity(", "def get_max_concurrency_for_kv_cache_config("):
+        assert name in text, name
+    assert "kv_cache_config.num_blocks" in text

@@ -184,7 +184,16 @@ def _(expected_tokens_per_pass, scenario_spec_speedup):
     "01.prefill_ttft",
     points=2,
     answers=["prefill_ttft_s", "scenario_ttft_s"],
-    forbid=["lab_utils.drills.calc:prefill_ttft_s"],
+    forbid=[
+        "lab_utils.drills.calc:prefill_ttft_s",
+        # the calculator's parameter counts: the scenario's count is the learner's
+        "lab_utils.memory.spec:ModelSpec.non_embedding_params",
+        "lab_utils.memory.spec:ModelSpec.num_params",
+        "lab_utils.memory.spec:ModelSpec.linear_params",
+        "lab_utils.memory.spec:ModelSpec.linear_shapes",
+        "lab_utils.memory.spec:ModelSpec.prefill_flops",
+        "lab_utils.memory.spec:ModelSpec.decode_flops_per_token",
+    ],
 )
 def _(prefill_ttft_s, scenario_ttft_s):
     """Compute-bound prefill time on tp x pp GPUs; and scenario_ttft_s(scenario)."""
