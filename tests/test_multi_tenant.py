@@ -213,3 +213,129 @@ def test_a_tpot_by_model_built_on_numpy_scores_zero_in_the_sandbox(tmp_path):
     finally:
         grader.close()
     assert results["12.tpot_by_model"].earned == 0, results["12.tpot_by_model"].message
+
+
+# ---- the graded questions' library shortcuts (issue 28 item 5: read as a hostile learner) ----------
+
+_TINY = {
+    "num_layers": 4,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_kv_heads": 2,
+    "head_dim": 16,
+    "intermediate_size": 128,
+}
+
+
+def _adapter_bytes(spec, rank, targets, nbytes):
+    h, q = spec["hidden_size"], spec["num_attention_heads"] * spec["head_dim"]
+    kv, i = spec["num_kv_heads"] * spec["head_dim"], spec["intermediate_size"]
+    shapes = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h)}
+    shapes.update(gate_proj=(h, i), up_proj=(h, i), down_proj=(i, h))
+    return rank * spec["num_layers"] * nbytes * sum(a + b for a, b in (shapes[t] for t in targets))
+
+
+def _slots(spec, free, kv, ranks, targets, nbytes, accepted):
+    if free <= kv:
+        return 0
+    rank = min(r for r in accepted if r >= max(ranks))
+    return int((free - kv) // _adapter_bytes(spec, rank, targets, nbytes))
+
+
+def _score(qid, **answers):
+    from grader.judge import score_graded
+    from lab_utils.grading import get
+
+    return score_graded(get(qid), answers, 3)
+
+
+def test_adapter_slots_round_the_slot_up_to_a_rank_vllm_accepts():
+    assert _score("12.adapter_slots", adapter_slots=_slots).earned == 2
+
+    def largest_rank_as_is(spec, free, kv, ranks, targets, nbytes, accepted):  # the rank not rounded
+        return 0 if free <= kv else int((free - kv) // _adapter_bytes(spec, max(ranks), targets, nbytes))
+
+    assert _score("12.adapter_slots", adapter_slots=largest_rank_as_is).earned == 0
+
+
+def test_library_shortcuts_score_zero():
+    """Each of these earned full marks before the helper it calls was forbidden."""
+    from lab_utils.bench.load import SLO, goodput_rps, percentiles
+    from lab_utils.memory.lora import PROJECTIONS
+    from lab_utils.sim import ContinuousBatching, StepCostModel, WorkloadRequest, simulate
+
+    def adapter_bytes_from_spec(spec, rank, targets, nbytes):  # the library's table of shapes
+        s = ModelSpec("x", spec["num_layers"], spec["hidden_size"], spec["num_attention_heads"],
+                      spec["num_kv_heads"], spec["head_dim"], spec["intermediate_size"], 1000)  # fmt: skip
+        shapes = dict(zip(PROJECTIONS, s.linear_shapes()))
+        return rank * spec["num_layers"] * nbytes * sum(sum(shapes[t]) for t in targets)
+
+    assert adapter_bytes_from_spec(_TINY, 4, ["q_proj"], 2) == _adapter_bytes(_TINY, 4, ["q_proj"], 2)
+
+    def goodput_from_bench(records, slo, duration):
+        out = {}
+        for t in {r["tenant"] for r in records}:
+            mine = [{"ok": r["status"] == 200, "ttft": r["ttft"]} for r in records if r["tenant"] == t]
+            out[t] = goodput_rps(mine, SLO(slo, 1e9), duration)
+        return out
+
+    def p90_from_bench(records):
+        return {
+            c: percentiles([r["ttft"] for r in records if r["priority"] == c], (90,))[0]
+            for c in {r["priority"] for r in records}
+        }
+
+    def predict_with_lab03_sim(o, policy):  # exact for fcfs
+        reqs = [WorkloadRequest(i, 0.0, o["prompt_len"], o["low_output"]) for i in range(o["n_low"])]
+        reqs += [
+            WorkloadRequest(o["n_low"] + j, o["high_arrival_s"], o["prompt_len"], o["high_output"])
+            for j in range(o["n_high"])
+        ]
+        run = simulate(
+            reqs,
+            ContinuousBatching(max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=10**6),
+            StepCostModel(fixed_s=o["fixed_s"], per_token_s=o["per_token_s"]),
+        )
+        hi = sorted(r.ttft for r in run.requests if r.request_id >= o["n_low"])
+        return hi[-1] if policy == "fcfs" else hi[0] / 10
+
+    cases = {
+        "12.adapter_bytes": {"adapter_bytes": adapter_bytes_from_spec},
+        "12.goodput_by_tenant": {"goodput_by_tenant": goodput_from_bench},
+        "12.p90_by_class": {"p90_by_class": p90_from_bench},
+        "12.predict_priority": {"predict_high_p90": predict_with_lab03_sim},
+    }
+    for qid, answers in cases.items():
+        r = _score(qid, **answers)
+        assert r.earned == 0 and "reference" in r.message, (qid, r)
+
+
+_TORCH_P90 = """
+import torch
+
+
+def p90_by_class(records):
+    classes = sorted({r["priority"] for r in records})
+    return {c: float(torch.tensor([r["ttft"] for r in records if r["priority"] == c],
+                                  dtype=torch.float64).quantile(0.9)) for c in classes}
+"""
+
+
+@pytest.mark.slow
+def test_a_p90_by_class_built_on_torch_scores_zero_in_the_sandbox(tmp_path):
+    """torch's Tensor.quantile interpolates like numpy's default, in C where the in-process watch
+    cannot see it: the judge's sandbox replaces it by a stub that raises."""
+    from grader.grader import Grader
+    from grader.memorise import save_answers
+
+    ns = {"__name__": "__main__"}
+    exec(compile(_TORCH_P90, "<notebook>", "exec"), ns)
+    records = [{"priority": 0, "ttft": 1.0}, {"priority": 1, "ttft": 2.0}, {"priority": 1, "ttft": 4.0}]
+    assert ns["p90_by_class"](records)[1] == pytest.approx(3.8)  # it works outside the sandbox
+    save_answers({"p90_by_class": ns["p90_by_class"]}, tmp_path / "answers")
+    grader = Grader(tmp_path / "out", seed=5, copies="off")
+    try:
+        results = {r.id: r for r in grader.judge_saved("12", tmp_path / "answers")}
+    finally:
+        grader.close()
+    assert results["12.p90_by_class"].earned == 0, results["12.p90_by_class"].message

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from grader.registry import hidden
+from lab_utils.facts import fact
 from lab_utils.grading.checks import close
 
 _SHAPES = {
@@ -55,17 +56,27 @@ def _(adapter_bytes, rng, scenario):
     assert not wrong, f"wrong on {wrong} of 20 unseen models"
 
 
+# vLLM's accepted --max-lora-rank values (lab_utils.facts, checked against the installed vLLM), and
+# made-up lists, so an answer that hard-codes vLLM's list gets no further than one that reads its argument
+_VLLM_RANKS = tuple(fact("vllm.max_lora_ranks"))
+
+
 @hidden("12.adapter_slots")
 def _(adapter_slots, rng, scenario):
     wrong = 0
-    for _ in range(20):
-        s, r, t, b = _spec(rng), rng.choice([8, 16, 32, 64]), _targets(rng), rng.choice([2, 4])
-        one = _ref_bytes(s, r, t, b)
+    for i in range(24):
+        s, t, b = _spec(rng), _targets(rng), rng.choice([2, 4])
+        accepted = (
+            _VLLM_RANKS if i % 2 else tuple(sorted(rng.sample([1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64], 5)))
+        )
+        ranks = [rng.randint(1, accepted[-1]) for _ in range(rng.randint(1, 5))]
+        slot_rank = min(r for r in accepted if r >= max(ranks))
+        one = _ref_bytes(s, slot_rank, t, b)
         kv = rng.randint(0, 50) * one + rng.randint(0, one)
         free = kv + rng.randint(-3, 40) * one + rng.randint(0, one - 1)
         want = max(0, (free - kv) // one) if free > kv else 0
-        wrong += int(adapter_slots(dict(s), free, kv, r, list(t), b)) != want
-    assert not wrong, f"wrong on {wrong} of 20 unseen budgets"
+        wrong += int(adapter_slots(dict(s), free, kv, list(ranks), list(t), b, list(accepted))) != want
+    assert not wrong, f"wrong on {wrong} of 24 unseen budgets"
 
 
 def _ref_admitted(arrivals, rate, burst):

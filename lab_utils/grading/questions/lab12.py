@@ -21,7 +21,7 @@ limits("12", memory_mb=8192, timeout=1800)
 def _(rng):
     """A GPU budget for adapters, and the overload of the priority study at a CPU-like step cost."""
     return {
-        "adapter_rank": rng.choice([8, 16, 32, 64]),
+        "adapter_ranks": sorted(rng.sample([4, 8, 12, 16, 24, 40, 48], 3)),
         "free_gib": rng.choice([2.0, 4.0, 6.0]),
         "kv_gib": rng.choice([1.0, 1.5, 3.0]),
         "priority": {
@@ -37,6 +37,31 @@ def _(rng):
         },
     }
 
+
+# Every helper within reach of a notebook that returns a median or a percentile in one call: the
+# course's own (and the wrappers that call them), the standard library's, numpy's and torch's.
+_PERCENTILES = [
+    "lab_utils.mathutils:percentile",
+    "lab_utils.sim.priority:percentile",
+    "lab_utils.bench.load:percentiles",
+    "lab_utils.triton.measure:LoadResult",
+    "statistics:median",
+    "statistics:quantiles",
+    "numpy:median",
+    "numpy:percentile",
+    "numpy:quantile",
+    "numpy:nanmedian",
+    "numpy:nanpercentile",
+    "numpy:nanquantile",
+    "torch:median",
+    "torch:quantile",
+    "torch:nanmedian",
+    "torch:nanquantile",
+    "torch:Tensor.median",
+    "torch:Tensor.quantile",
+    "torch:Tensor.nanmedian",
+    "torch:Tensor.nanquantile",
+]
 
 _SPEC = {
     "num_layers": 2,
@@ -55,6 +80,9 @@ _SPEC = {
     forbid=[
         "lab_utils.memory.lora:lora_adapter_bytes",
         "lab_utils.memory.lora:lora_params_per_rank_per_layer",
+        # the projections' shapes are the question: the library's tables of them are forbidden too
+        "lab_utils.memory.lora:_shapes",
+        "lab_utils.memory.spec:ModelSpec.linear_shapes",
     ],
 )
 def _(adapter_bytes):
@@ -71,15 +99,20 @@ def _(adapter_bytes):
     "12.adapter_slots",
     points=2,
     answers=["adapter_slots"],
-    forbid=["lab_utils.memory.lora:adapters_that_fit"],
+    forbid=["lab_utils.memory.lora:adapters_that_fit", "lab_utils.memory.lora:lora_adapter_bytes"],
 )
 def _(adapter_slots):
-    """Adapter slots of max_lora_rank that fit beside the KV cache."""
-    a = int(adapter_slots(dict(_SPEC), 10_000_000, 1_000_000, 8, ["q_proj", "v_proj"], 2))
+    """Adapter slots that fit beside the KV cache for tenants' adapters of the given ranks, with the
+    slot rank a value vLLM accepts for --max-lora-rank."""
+    accepted = (1, 8, 16, 32)
+    a = int(adapter_slots(dict(_SPEC), 10_000_000, 1_000_000, [8], ["q_proj", "v_proj"], 2, accepted))
     assert a > 0, "9 MB left over holds many adapters of a tiny model"
-    assert int(adapter_slots(dict(_SPEC), 1_000_000, 2_000_000, 8, ["q_proj", "v_proj"], 2)) == 0, (
-        "when the KV cache takes everything, no adapter fits"
-    )
+    assert (
+        int(adapter_slots(dict(_SPEC), 10_000_000, 1_000_000, [2, 8], ["q_proj", "v_proj"], 2, accepted)) == a
+    ), "one server serves every tenant: what rank must each of its slots have?"
+    assert (
+        int(adapter_slots(dict(_SPEC), 1_000_000, 2_000_000, [8], ["q_proj", "v_proj"], 2, accepted)) == 0
+    ), "when the KV cache takes everything, no adapter fits"
 
 
 @question(
@@ -111,15 +144,7 @@ def _(counter_rate):
     "12.p90_by_class",
     points=2,
     answers=["p90_by_class"],
-    forbid=[
-        "lab_utils.sim.priority:percentile",
-        "lab_utils.mathutils:percentile",
-        "numpy:percentile",
-        "numpy:quantile",
-        "numpy:nanpercentile",
-        "numpy:nanquantile",
-        "statistics:quantiles",
-    ],
+    forbid=_PERCENTILES,
 )
 def _(p90_by_class):
     """p90_by_class(records): {priority: p90 of ttft}, linear interpolation between sorted ranks."""
@@ -131,7 +156,17 @@ def _(p90_by_class):
     assert got[0] == 1.0 and 2.0 < got[1] < 4.0, "a p90 lies between the samples around its rank"
 
 
-@question("12.goodput_by_tenant", points=2, answers=["goodput_by_tenant"])
+@question(
+    "12.goodput_by_tenant",
+    points=2,
+    answers=["goodput_by_tenant"],
+    forbid=[
+        "lab_utils.bench.load:goodput_rps",
+        "lab_utils.bench.load:SLO",
+        "lab_utils.sim.metrics:goodput",
+        "lab_utils.drills.calc:goodput",
+    ],
+)
 def _(goodput_by_tenant):
     """goodput_by_tenant(records, ttft_slo_s, duration_s): {tenant: requests/s that met the SLO}."""
     recs = [
@@ -149,7 +184,13 @@ def _(goodput_by_tenant):
     points=4,
     answers=["predict_high_p90"],
     predict=True,
-    forbid=["lab_utils.sim.priority:simulate_priority"],
+    forbid=[
+        "lab_utils.sim.priority:simulate_priority",
+        # lab 03's simulator runs the fcfs half of this model exactly
+        "lab_utils.sim:simulate",
+        "lab_utils.sim:ContinuousBatching",
+        "lab_utils.sim.scheduler:reference_schedule",
+    ],
 )
 def _(predict_high_p90):
     """predict_high_p90(overload, policy): the urgent class's p90 TTFT in the lab's step model."""
@@ -175,18 +216,9 @@ def _(predict_high_p90):
     points=2,
     answers=["tpot_by_model"],
     forbid=[
-        "lab_utils.mathutils:percentile",
-        "lab_utils.sim.priority:percentile",
         "lab_utils.clients.loadgen:RequestRecord",
         "lab_utils.clients.loadgen:summarize",
-        "statistics:median",
-        "statistics:quantiles",
-        "numpy:median",
-        "numpy:percentile",
-        "numpy:quantile",
-        "numpy:nanmedian",
-        "numpy:nanpercentile",
-        "numpy:nanquantile",
+        *_PERCENTILES,
     ],
 )
 def _(tpot_by_model):
