@@ -7,11 +7,11 @@ import math
 
 import pytest
 
+from grader.trtllm_legacy import legacy_to_llm_api
 from lab_utils.memory import ModelSpec, kv_cache_bytes_per_token, weight_bytes
 from lab_utils.trtllm import (
     OptionsError,
     concurrent_sequences,
-    legacy_to_llm_api,
     plan_memory,
     validate_options,
     weight_bytes_in,

@@ -7,11 +7,11 @@ Cases come from the judge's key, not the notebook's SEED; public checks and the 
 from __future__ import annotations
 
 from grader.registry import hidden
+from grader.trtllm_legacy import RENAMED
+from grader.trtllm_legacy import legacy_to_llm_api as _REF_LEGACY
 from lab_utils.grading.checks import close, frac_wrong, partial
 from lab_utils.grading.questions.lab08 import PROJS as _PROJS
 from lab_utils.grading.questions.lab08 import _check_group, _plain
-from lab_utils.trtllm.legacy import RENAMED
-from lab_utils.trtllm.legacy import legacy_to_llm_api as _REF_LEGACY
 from lab_utils.trtllm.plan import concurrent_sequences as _REF_SEQS
 
 GiB = 1 << 30
@@ -196,7 +196,7 @@ def _(fraction_needed, rng, scenario):
     frac_wrong(wrong, n)
 
 
-_DROPPED = (  # a few of lab_utils.trtllm.legacy.LEGACY_DROPPED, drawn into random flag sets
+_DROPPED = (  # a few of grader.trtllm_legacy.LEGACY_DROPPED, drawn into random flag sets
     "use_gpt_attention_plugin",
     "use_gemm_plugin",
     "use_rmsnorm_plugin",

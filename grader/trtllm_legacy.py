@@ -1,5 +1,8 @@
 """The removed engine flow's build and runtime flags, mapped to today's LLM API options.
 
+The reference of lab 08's graded question 08.legacy_to_llm_api: it lives in grader/ so that no
+notebook or sandbox can import the mapping (a dict cannot be forbidden the way a function is).
+
 Until 2025, serving a model with TensorRT-LLM meant `convert_checkpoint.py` (Hugging Face weights
 to a TensorRT-LLM checkpoint, one per tensor-parallel rank), then `trtllm-build` (a TensorRT engine
 compiled for one GPU model, one parallel layout and fixed maximum shapes), then a runtime that
