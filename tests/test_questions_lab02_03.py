@@ -534,7 +534,9 @@ def test_simulating_instead_of_reasoning_scores_zero():
         assert r.earned == 0 and r.status == "uses the reference", r
 
     def simulated_utilisation(lens):  # the simulator's run of the batch, its slot-steps counted
-        run = simulate(fixed_workload([1] * len(lens), list(lens)), StaticBatching(len(lens)), StepCostModel(0.01, 0))
+        run = simulate(
+            fixed_workload([1] * len(lens), list(lens)), StaticBatching(len(lens)), StepCostModel(0.01, 0)
+        )
         return sum(len(s.decode) + len(s.prefill) for s in run.steps) / (len(lens) * len(run.steps))
 
     r = _graded("03.static_utilisation", {"static_slot_utilisation": simulated_utilisation})
