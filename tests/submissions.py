@@ -43,3 +43,23 @@ KV = (
     "    tokens = int((gpu - weights - act) * 2**30 * fraction // kv)\n"
     "    return tokens if max_tokens is None else min(tokens, int(max_tokens))\n"
 )
+
+
+def notebook_namespace(source: str) -> dict:
+    """Run `source` as one notebook cell would (module `__main__`) and return its globals."""
+    ns = {"__name__": "__main__"}
+    exec(compile(source, "<notebook>", "exec"), ns)
+    return ns
+
+
+def judge_in_sandbox(lab: str, answers: dict, tmp_path: Path, seed: int = 5) -> dict:
+    """Save `answers` as a submission's and judge them in the sandbox: question id -> result."""
+    from grader.grader import Grader
+    from grader.memorise import save_answers
+
+    save_answers(answers, tmp_path / "answers")
+    grader = Grader(tmp_path / "out", seed=seed, copies="off")
+    try:
+        return {r.id: r for r in grader.judge_saved(lab, tmp_path / "answers")}
+    finally:
+        grader.close()

@@ -9,6 +9,7 @@ import time
 
 import httpx
 import pytest
+from submissions import judge_in_sandbox, notebook_namespace
 
 from lab_utils.gateway import Admission, TenantPolicy, TokenBucket, parse_policies, tenant_for
 from lab_utils.lora import data
@@ -163,19 +164,10 @@ def p90_by_class(records):
 def test_a_p90_by_class_built_on_numpy_scores_zero_in_the_sandbox(tmp_path, fn):
     """12.p90_by_class asks for the interpolation, not for a call of numpy's: the judge's sandbox
     replaces numpy.percentile and numpy.nanpercentile by stubs that raise."""
-    from grader.grader import Grader
-    from grader.memorise import save_answers
-
-    ns = {"__name__": "__main__"}
-    exec(compile(_NUMPY_P90.replace("FN", fn), "<notebook>", "exec"), ns)
+    ns = notebook_namespace(_NUMPY_P90.replace("FN", fn))
     records = [{"priority": 0, "ttft": 1.0}, {"priority": 1, "ttft": 2.0}, {"priority": 1, "ttft": 4.0}]
     assert ns["p90_by_class"](records)[1] == pytest.approx(3.8)  # it works outside the sandbox
-    save_answers({"p90_by_class": ns["p90_by_class"]}, tmp_path / "answers")
-    grader = Grader(tmp_path / "out", seed=5, copies="off")
-    try:
-        results = {r.id: r for r in grader.judge_saved("12", tmp_path / "answers")}
-    finally:
-        grader.close()
+    results = judge_in_sandbox("12", {"p90_by_class": ns["p90_by_class"]}, tmp_path)
     assert results["12.p90_by_class"].earned == 0, results["12.p90_by_class"].message
 
 
@@ -196,22 +188,13 @@ def tpot_by_model(records):
 @pytest.mark.slow
 def test_a_tpot_by_model_built_on_numpy_scores_zero_in_the_sandbox(tmp_path):
     """12.tpot_by_model asks for the median: numpy's nanpercentile at 50 is stubbed in the sandbox too."""
-    from grader.grader import Grader
-    from grader.memorise import save_answers
-
-    ns = {"__name__": "__main__"}
-    exec(compile(_NUMPY_TPOT, "<notebook>", "exec"), ns)
+    ns = notebook_namespace(_NUMPY_TPOT)
     recs = [
         {"model": "a", "ok": True, "ttft": 1.0, "e2e": 2.0, "output_tokens": 11},
         {"model": "a", "ok": True, "ttft": 1.0, "e2e": 4.0, "output_tokens": 11},
     ]
     assert ns["tpot_by_model"](recs)["a"] == pytest.approx(0.2)  # it works outside the sandbox
-    save_answers({"tpot_by_model": ns["tpot_by_model"]}, tmp_path / "answers")
-    grader = Grader(tmp_path / "out", seed=5, copies="off")
-    try:
-        results = {r.id: r for r in grader.judge_saved("12", tmp_path / "answers")}
-    finally:
-        grader.close()
+    results = judge_in_sandbox("12", {"tpot_by_model": ns["tpot_by_model"]}, tmp_path)
     assert results["12.tpot_by_model"].earned == 0, results["12.tpot_by_model"].message
 
 
@@ -325,17 +308,8 @@ def p90_by_class(records):
 def test_a_p90_by_class_built_on_torch_scores_zero_in_the_sandbox(tmp_path):
     """torch's Tensor.quantile interpolates like numpy's default, in C where the in-process watch
     cannot see it: the judge's sandbox replaces it by a stub that raises."""
-    from grader.grader import Grader
-    from grader.memorise import save_answers
-
-    ns = {"__name__": "__main__"}
-    exec(compile(_TORCH_P90, "<notebook>", "exec"), ns)
+    ns = notebook_namespace(_TORCH_P90)
     records = [{"priority": 0, "ttft": 1.0}, {"priority": 1, "ttft": 2.0}, {"priority": 1, "ttft": 4.0}]
     assert ns["p90_by_class"](records)[1] == pytest.approx(3.8)  # it works outside the sandbox
-    save_answers({"p90_by_class": ns["p90_by_class"]}, tmp_path / "answers")
-    grader = Grader(tmp_path / "out", seed=5, copies="off")
-    try:
-        results = {r.id: r for r in grader.judge_saved("12", tmp_path / "answers")}
-    finally:
-        grader.close()
+    results = judge_in_sandbox("12", {"p90_by_class": ns["p90_by_class"]}, tmp_path)
     assert results["12.p90_by_class"].earned == 0, results["12.p90_by_class"].message

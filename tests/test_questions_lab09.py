@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from submissions import judge_in_sandbox, notebook_namespace
 from test_clients import fake_server  # noqa: F401  (the fixture)
 
 from grader.judge import score_graded
@@ -257,18 +258,11 @@ def little_L(records, t0, t1):
 def test_other_quantiles_are_refused_inside_the_sandbox(tmp_path, source):
     """numpy's implementation module holds the same percentile as numpy (the sandbox replaces both),
     and torch (in the course environment for vLLM) has its own linear quantile: both score 0."""
-    from grader.grader import Grader
-    from grader.memorise import save_answers
-
-    ns = {"__name__": "__main__"}
-    exec(compile(source, "<notebook>", "exec"), ns)
+    ns = notebook_namespace(source)
     assert abs(ns["percentiles"]([1.0, 2.0, 3.0, 4.0], [99])[0] - 3.97) < 1e-9  # they do the job
-    save_answers({k: ns[k] for k in ("percentiles", "hidden_latency", "little_L")}, tmp_path / "answers")
-    grader = Grader(tmp_path / "out", seed=5, copies="off")
-    try:
-        results = {r.id: r for r in grader.judge_saved("09", tmp_path / "answers")}
-    finally:
-        grader.close()
+    results = judge_in_sandbox(
+        "09", {k: ns[k] for k in ("percentiles", "hidden_latency", "little_L")}, tmp_path
+    )
     assert results["09.percentiles"].earned == 0, results["09.percentiles"].message
     assert results["09.coordinated_omission"].earned == 0, results["09.coordinated_omission"].message
     assert results["09.littles_law"].earned == results["09.littles_law"].points, results[
@@ -280,17 +274,10 @@ def test_other_quantiles_are_refused_inside_the_sandbox(tmp_path, source):
 def test_numpy_percentile_is_refused_inside_the_sandbox(tmp_path):
     """The judge's sandbox replaces numpy's percentile by a stub that raises: an answer built on it
     scores 0 there, and the same submission's own work (little_L) still scores."""
-    from grader.grader import Grader
-    from grader.memorise import save_answers
-
-    ns = {"__name__": "__main__"}
-    exec(compile(_NUMPY_ANSWERS, "<notebook>", "exec"), ns)
-    save_answers({k: ns[k] for k in ("percentiles", "hidden_latency", "little_L")}, tmp_path / "answers")
-    grader = Grader(tmp_path / "out", seed=5, copies="off")
-    try:
-        results = {r.id: r for r in grader.judge_saved("09", tmp_path / "answers")}
-    finally:
-        grader.close()
+    ns = notebook_namespace(_NUMPY_ANSWERS)
+    results = judge_in_sandbox(
+        "09", {k: ns[k] for k in ("percentiles", "hidden_latency", "little_L")}, tmp_path
+    )
     assert results["09.percentiles"].earned == 0, results["09.percentiles"].message
     assert results["09.coordinated_omission"].earned == 0, results["09.coordinated_omission"].message
     assert results["09.littles_law"].earned == results["09.littles_law"].points, results[

@@ -10,6 +10,7 @@ import heapq
 import math
 
 import pytest
+from submissions import judge_in_sandbox, notebook_namespace
 
 from grader.judge import score_graded
 from grader.memorise import memorised_answers
@@ -306,18 +307,9 @@ def batching_summary(output_lens, static_finish_s, continuous_finish_s):
 def test_a_batching_summary_built_on_torch_scores_zero_in_the_sandbox(tmp_path, fn):
     """torch's quantile (a method of a tensor, in C) interpolates the median in one call: the judge's
     sandbox replaces it by a stub that raises (the in-process watch sees only Python frames)."""
-    from grader.grader import Grader
-    from grader.memorise import save_answers
-
-    ns = {"__name__": "__main__"}
-    exec(compile(_TORCH_SUMMARY.replace("FN", fn), "<notebook>", "exec"), ns)
+    ns = notebook_namespace(_TORCH_SUMMARY.replace("FN", fn))
     assert ns["batching_summary"]([1, 1], [1.0, 3.0], [1.0, 1.0])["p50_ratio"] == pytest.approx(2.0)
-    save_answers({"batching_summary": ns["batching_summary"]}, tmp_path / "answers")
-    grader = Grader(tmp_path / "out", seed=5, copies="off")
-    try:
-        results = {r.id: r for r in grader.judge_saved("11", tmp_path / "answers")}
-    finally:
-        grader.close()
+    results = judge_in_sandbox("11", {"batching_summary": ns["batching_summary"]}, tmp_path)
     assert results["11.measured_batching"].earned == 0, results["11.measured_batching"].message
 
 
@@ -342,19 +334,11 @@ def test_drills_replayed_from_the_generators_table_score_zero_in_the_sandbox(tmp
     """A drill regenerated until its inputs match carries its answer: 29 of 36 fresh drills come back
     from 3,000 seeds per topic in 2 s. The generators are forbidden, and the judge's call watch
     catches them even when reached through the module's GENERATORS table, not a module attribute."""
-    from grader.grader import Grader
-    from grader.memorise import save_answers
     from lab_utils.drills import make_drills
 
-    ns = {"__name__": "__main__"}
-    exec(compile(_REPLAY, "<notebook>", "exec"), ns)
+    ns = notebook_namespace(_REPLAY)
     d = make_drills(0, topics=["roofline"], n=1)[0]
     assert ns["answer_drill"](d.kind, d.inputs) == d.answer  # it works outside the sandbox
-    save_answers({"answer_drill": ns["answer_drill"]}, tmp_path / "answers")
-    grader = Grader(tmp_path / "out", seed=5, copies="off")
-    try:
-        results = {r.id: r for r in grader.judge_saved("11", tmp_path / "answers")}
-    finally:
-        grader.close()
+    results = judge_in_sandbox("11", {"answer_drill": ns["answer_drill"]}, tmp_path)
     r = results["11.drill_answers"]
     assert r.earned == 0 and "reference" in r.message, r.message

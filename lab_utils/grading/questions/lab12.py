@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from lab_utils.grading.checks import close
+from lab_utils.grading.questions.lab11 import MEDIANS  # the same one-call medians and percentiles
 from lab_utils.grading.registry import limits, question, scenario
 
 # graded as submitted (LIGHT = False): the kernel, one vLLM server, the gateway and Prometheus
@@ -37,31 +38,6 @@ def _(rng):
         },
     }
 
-
-# Every helper within reach of a notebook that returns a median or a percentile in one call: the
-# course's own (and the wrappers that call them), the standard library's, numpy's and torch's.
-_PERCENTILES = [
-    "lab_utils.mathutils:percentile",
-    "lab_utils.sim.priority:percentile",
-    "lab_utils.bench.load:percentiles",
-    "lab_utils.triton.measure:LoadResult",
-    "statistics:median",
-    "statistics:quantiles",
-    "numpy:median",
-    "numpy:percentile",
-    "numpy:quantile",
-    "numpy:nanmedian",
-    "numpy:nanpercentile",
-    "numpy:nanquantile",
-    "torch:median",
-    "torch:quantile",
-    "torch:nanmedian",
-    "torch:nanquantile",
-    "torch:Tensor.median",
-    "torch:Tensor.quantile",
-    "torch:Tensor.nanmedian",
-    "torch:Tensor.nanquantile",
-]
 
 _SPEC = {
     "num_layers": 2,
@@ -144,7 +120,7 @@ def _(counter_rate):
     "12.p90_by_class",
     points=2,
     answers=["p90_by_class"],
-    forbid=_PERCENTILES,
+    forbid=MEDIANS,
 )
 def _(p90_by_class):
     """p90_by_class(records): {priority: p90 of ttft}, linear interpolation between sorted ranks."""
@@ -218,7 +194,7 @@ def _(predict_high_p90):
     forbid=[
         "lab_utils.clients.loadgen:RequestRecord",
         "lab_utils.clients.loadgen:summarize",
-        *_PERCENTILES,
+        *MEDIANS,
     ],
 )
 def _(tpot_by_model):
