@@ -172,20 +172,21 @@ def _run(q: Question, fn, values: dict, extra: dict, forbidden: list) -> tuple[f
         return None, NOT_ANSWERED, "the answer still raises NotImplementedError"
     except AssertionError as exc:
         if watch.hit:
-            return None, REFERENCE, f"your answer calls the course's reference `{watch.hit.split(':')[-1]}`"
+            return _calls_reference(watch.hit)
         return None, WRONG, str(exc) or "the check's assertion failed"
     except Exception as exc:  # a learner's code may raise anything; report it, do not crash
         if watch.hit:  # it called a reference first (the sandbox's stand-in would have refused)
-            return None, REFERENCE, f"your answer calls the course's reference `{watch.hit.split(':')[-1]}`"
+            return _calls_reference(watch.hit)
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return None, ERROR, f"your answer raised {last}"
     if watch.hit:
-        return (
-            None,
-            REFERENCE,
-            f"your answer calls the course's reference `{watch.hit.split(':')[-1]}`; write your own",
-        )
+        return _calls_reference(watch.hit, "; write your own")
     return check_fraction(fraction)
+
+
+def _calls_reference(hit: str, advice: str = "") -> tuple[None, str, str]:
+    """The result of an answer that called the forbidden reference `hit` ("module:attr")."""
+    return None, REFERENCE, f"your answer calls the course's reference `{hit.split(':')[-1]}`{advice}"
 
 
 def check_fraction(fraction) -> tuple[float | None, str, str]:
