@@ -354,7 +354,9 @@ TEXT: dict[str, list[tuple[str, str, Callable[[Any], str]]]] = {
         (NOTEBOOKS, r"NGC (\d\d\.\d\d) is Triton \d+\.\d+", lambda v: v["ngc"]),
         (NOTEBOOKS, r"NGC \d\d\.\d\d is Triton (\d+\.\d+)", lambda v: v["triton"]),
     ],
-    "trtllm.engine_backend_removed": [(NOTEBOOKS, r"engine backend was removed in (\d{4}-\d{2})", str)],
+    "trtllm.engine_backend_removed": [
+        (NOTEBOOKS, r"engine\s+backend\s+was\s+removed\s+in\s+(\d{4}-\d{2})", str)
+    ],
 }
 
 
