@@ -38,10 +38,20 @@ SERVED = (
     "    return versions[-int(policy.get('latest', {}).get('num_versions', 1)):]\n"
 )
 BYTES = "def extra_tensor_bytes(prompt, new, width=8):\n    return 2 * width * (prompt + new)\n"
-KV = (
-    "def trtllm_kv_tokens(gpu, weights, act, fraction, kv, max_tokens=None):\n"
-    "    tokens = int((gpu - weights - act) * 2**30 * fraction // kv)\n"
-    "    return tokens if max_tokens is None else min(tokens, int(max_tokens))\n"
+KV = (  # the llmapi model.yaml's KV pool, as TensorRT-LLM's PyTorch backend sizes it
+    "def trtllm_kv_tokens(model_yaml, gpu_gib, weights_gib, activations_gib, kv_bytes_per_token):\n"
+    "    import yaml\n"
+    "    from lab_utils.facts import fact\n"
+    "    args = yaml.safe_load(model_yaml)\n"
+    "    kv = args.get('kv_cache_config') or {}\n"
+    "    tp = int(args.get('tensor_parallel_size', 1))\n"
+    "    per_token = kv_bytes_per_token / tp / (2 if kv.get('dtype') == 'fp8' else 1)\n"
+    "    free = max(gpu_gib - weights_gib / tp - activations_gib, 0) * 2**30\n"
+    "    budget = free * kv.get('free_gpu_memory_fraction', fact('trtllm.free_gpu_memory_fraction'))\n"
+    "    if kv.get('max_gpu_total_bytes', 0) > 0:\n"
+    "        budget = min(budget, kv['max_gpu_total_bytes'])\n"
+    "    tokens = int(budget // per_token)\n"
+    "    return tokens if kv.get('max_tokens') is None else min(tokens, int(kv['max_tokens']))\n"
 )
 
 

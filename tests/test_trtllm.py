@@ -460,3 +460,32 @@ def test_lab08_scenario_references_agree_with_the_library():
         gpu, w, other, per_token = lab08._scenario_inputs(scen)
         assert w == weight_bytes_in(spec, scen["weights"])
         assert per_token == kv_cache_bytes_per_token(spec, "fp8" if scen["kv_dtype"] == "fp8" else "float16")
+
+
+# An int4 answer read off the course's quantizer (a matrix of zeros in groups: packed codes plus one
+# scale per group is the int4 count), NVFP4 and the rest written out: before the quantizer joined
+# 08.matrix_bytes' forbid list this earned full marks.
+_QUANTIZER_BYTES = """
+def matrix_bytes(in_features, out_features, fmt, group_size=128):
+    import torch
+    from lab_utils.trtllm.quant import quantize
+
+    n = in_features * out_features
+    if fmt == "fp16":
+        return 2 * n
+    if fmt == "fp8":
+        return n
+    if fmt == "int4":
+        return quantize(torch.zeros(out_features, in_features), 4, "group", group_size).nbytes
+    return -(-n // 2) + -(-n // 16) + 4
+"""
+
+
+@pytest.mark.slow
+def test_matrix_bytes_read_off_the_quantizer_scores_zero(tmp_path):
+    from submissions import judge_in_sandbox, notebook_namespace
+
+    ns = notebook_namespace(_QUANTIZER_BYTES)
+    assert ns["matrix_bytes"](256, 8, "int4", 128) == 256 * 8 // 2 + 8 * 2 * 2  # it does the job
+    results = judge_in_sandbox("08", {"matrix_bytes": ns["matrix_bytes"]}, tmp_path)
+    assert results["08.matrix_bytes"].earned == 0, results["08.matrix_bytes"].message

@@ -6,6 +6,8 @@ Cases come from the judge's key, not the notebook's SEED; public checks and the 
 
 from __future__ import annotations
 
+import math
+
 from grader.registry import hidden
 from lab_utils.grading.checks import close, frac_wrong
 from lab_utils.grading.questions.lab09 import _run
@@ -168,9 +170,16 @@ def _model(scn):
     return ReplicaModel(**scn["replica"])
 
 
+def capacity_policy(obs: dict, target: float = 0.7) -> int:
+    """The bound-setter: replicas for the observed rate at `target` of capacity, plus what drains the queue."""
+    need = obs["rps"] / (target * obs["capacity_rps"])
+    drain = obs["queue"] / (obs["capacity_rps"] * obs["interval_s"])
+    return max(1, math.ceil(need + drain))
+
+
 @hidden("09.scaling_policy")
 def _(my_policy, rng, scenario):
-    from lab_utils.bench.autoscale import capacity_policy, make_trace
+    from lab_utils.bench.autoscale import make_trace
 
     model = _model(scenario)
     # the scenario's traffic at half, the same and twice its rates (in an order of the judge's key):

@@ -122,9 +122,18 @@ def _(group_quantize):
 # --- 08.matrix_bytes ---------------------------------------------------------------------------
 
 
-@question(
-    "08.matrix_bytes", points=2, answers=["matrix_bytes"], forbid=["lab_utils.trtllm.plan:nvfp4_matrix_bytes"]
-)
+# every course function that counts a matrix's stored bytes: NVFP4's, the quantizer's (its nbytes is
+# the int4 answer for a matrix of zeros), the whole-model planners that sum them
+_MATRIX_BYTES = [
+    "lab_utils.trtllm.plan:nvfp4_matrix_bytes",
+    "lab_utils.trtllm.plan:weight_bytes_in",
+    "lab_utils.trtllm.quant:QuantizedWeight.nbytes",
+    "lab_utils.trtllm.quant:fake_quantize",
+    "lab_utils.memory.weights:_four_bit_matrix_bytes",
+]
+
+
+@question("08.matrix_bytes", points=2, answers=["matrix_bytes"], forbid=_MATRIX_BYTES)
 def _(matrix_bytes):
     """Stored bytes of one (in x out) weight matrix in fp16, fp8, int4 (group scales) and nvfp4."""
     fp16, fp8 = int(matrix_bytes(64, 4, "fp16")), int(matrix_bytes(64, 4, "fp8"))

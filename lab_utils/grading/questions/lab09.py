@@ -194,8 +194,8 @@ def _run(policy, trace, model):
     points=4,
     answers=["my_policy"],
     forbid=[
-        "lab_utils.bench.autoscale:capacity_policy",
-        # the lab's other policies are references too: queue_policy met the bounds on some traces
+        # the judge's bound-setting policy is not in lab_utils; the lab's policies are references
+        # too: queue_policy met the bounds on some traces
         "lab_utils.bench.autoscale:queue_policy",
         "lab_utils.bench.autoscale:utilisation_policy",
         "lab_utils.bench.autoscale:seed_policy",
