@@ -174,10 +174,6 @@ def goodput_rps(requests, ttft_slo, tpot_slo):
     return good / (max(r[2] for r in requests) - min(r[0] for r in requests))
 
 
-def relative_error(predicted, measured):
-    return (predicted - measured) / measured
-
-
 def queue_ratios(s):
     B, S, L = s["batch_size"], s["short_len"], s["long_len"]
     lens = [S] * (B - 1) + [L]
@@ -227,7 +223,6 @@ def lab03_answers(seed: int) -> dict:
         "my_schedule": my_schedule,
         "goodput_rps": goodput_rps,
         "choose_batcher": choose_batcher,
-        "relative_error": relative_error,
     }
 
 

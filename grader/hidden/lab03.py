@@ -336,13 +336,3 @@ def _(choose_batcher, rng, scenario):
             s["triton_p99_slo_ms"], best * (1 + P99_SLACK)
         )
     return partial(passed, sum(1 for _, b in cases if b is not None), "unseen exercises")
-
-
-@hidden("03.relative_error")
-def _(relative_error, rng, scenario):
-    passed, total = 0, 12
-    for _ in range(total):
-        measured = rng.uniform(0.01, 500.0)
-        predicted = measured * rng.uniform(0.2, 3.0)
-        passed += close(relative_error(predicted, measured), (predicted - measured) / measured, 1e-9)
-    return partial(passed, total, "pairs")

@@ -258,15 +258,3 @@ def _(choose_batcher):
         assert all(1 <= p <= case["triton_max_batch_size"] for p in pref), (
             "preferred sizes lie between 1 and the scenario's max_batch_size"
         )
-
-
-# --- 03.relative_error -------------------------------------------------------------------------
-
-
-@question("03.relative_error", points=1, answers=["relative_error"])
-def _(relative_error):
-    """Signed relative error of a prediction against a measurement."""
-    assert abs(float(relative_error(3.0, 3.0))) < 1e-12, "a perfect prediction has no error"
-    assert float(relative_error(110.0, 100.0)) > 0 > float(relative_error(90.0, 100.0)), (
-        "positive when the simulator over-predicts"
-    )
