@@ -430,10 +430,40 @@ def _random_old(rng: random.Random) -> dict:
     return old
 
 
+def _renamed() -> dict:
+    from lab_utils.deploy.modal_app import RENAMED
+
+    return RENAMED
+
+
+def gpu_string(gpu) -> str | None:
+    """Modal's GPU string for the seeds' spelling: {"type": "A100", "count": 2, "size": "80GB"} -> "A100-80GB:2"."""
+    if gpu is None or isinstance(gpu, str):
+        return gpu
+    name = str(gpu["type"]).upper()
+    if gpu.get("size"):
+        name += "-" + str(gpu["size"]).upper()
+    count = int(gpu.get("count", 1))
+    return name if count == 1 else f"{name}:{count}"
+
+
+def reference_modernize(old: dict) -> dict:
+    """{"function": kwargs for app.function(...), "concurrent": kwargs for @modal.concurrent or None}."""
+    fn, concurrent = {}, None
+    for key, value in old.items():
+        if key == "gpu":
+            fn["gpu"] = gpu_string(value)
+        elif key == "allow_concurrent_inputs":
+            concurrent = {"max_inputs": int(value)}
+        elif key in _renamed():
+            fn[_renamed()[key]] = value
+        else:
+            fn[key] = value
+    return {"function": fn, "concurrent": concurrent}
+
+
 @hidden("10.modal_upgrade")
 def _(modernize_modal, rng, scenario):
-    from lab_utils.deploy.modal_app import reference_modernize
-
     wrong = 0
     cases = [scenario["modal_old"]] + [_random_old(rng) for _ in range(14)]
     for old in cases:
