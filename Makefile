@@ -78,7 +78,7 @@ test: setup test-tools
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m lab_utils.nbgen --check
-	$(PY) -m pytest -ra $(PYTEST_ARGS)
+	$(PY) -m pytest -ra --durations=25 $(PYTEST_ARGS)
 
 test-fast: venv
 	$(VENV)/bin/ruff check .
