@@ -463,8 +463,8 @@ def test_lab08_scenario_references_agree_with_the_library():
 
 
 # An int4 answer read off the course's quantizer (a matrix of zeros in groups: packed codes plus one
-# scale per group is the int4 count), NVFP4 and the rest written out: before the quantizer joined
-# 08.matrix_bytes' forbid list this earned full marks.
+# scale per group is the int4 count), NVFP4 and the rest written out: it gives the reference's count,
+# so the quantizer is on 08.matrix_bytes' forbid list.
 _QUANTIZER_BYTES = """
 def matrix_bytes(in_features, out_features, fmt, group_size=128):
     import torch

@@ -10,6 +10,7 @@ import copy
 import random
 
 from grader.registry import hidden
+from lab_utils.deploy.modal_app import RENAMED
 from lab_utils.deploy.parallel import NODE_GPUS, parallel_problems, per_gpu_memory
 from lab_utils.grading.questions.lab10 import _builds, _close
 
@@ -430,12 +431,6 @@ def _random_old(rng: random.Random) -> dict:
     return old
 
 
-def _renamed() -> dict:
-    from lab_utils.deploy.modal_app import RENAMED
-
-    return RENAMED
-
-
 def gpu_string(gpu) -> str | None:
     """Modal's GPU string for the seeds' spelling: {"type": "A100", "count": 2, "size": "80GB"} -> "A100-80GB:2"."""
     if gpu is None or isinstance(gpu, str):
@@ -455,8 +450,8 @@ def reference_modernize(old: dict) -> dict:
             fn["gpu"] = gpu_string(value)
         elif key == "allow_concurrent_inputs":
             concurrent = {"max_inputs": int(value)}
-        elif key in _renamed():
-            fn[_renamed()[key]] = value
+        elif key in RENAMED:
+            fn[RENAMED[key]] = value
         else:
             fn[key] = value
     return {"function": fn, "concurrent": concurrent}
