@@ -196,3 +196,24 @@ def test_store_holds_the_predicted_bytes_per_prompt(engines):
     tensor_bytes = 384 * 2 * 30 * 3 * 64 * 4  # 3 blocks of 128 tokens, float32, K and V, 30 layers
     size = sum(f.stat().st_size for f in files)
     assert len(files) == 30 and tensor_bytes < size < tensor_bytes + 30 * 200
+
+
+def test_the_store_owners_cleanup_removes_only_a_course_store(tmp_path):
+    import subprocess
+
+    from lab_utils.kvtier.connector import ConnectorEngine
+
+    store = new_store()
+    (store / "abc").mkdir()
+    eng = ConnectorEngine(store, kv_cache_gib=1, max_model_len=256, owns_store=True, backend="cpu", model="m")
+    subprocess.run(eng.cleanup_command, check=True, timeout=30)  # what stop() or the reaper runs
+    assert not store.exists()
+    other = tmp_path / "mine"
+    other.mkdir()
+    cmd = ConnectorEngine(other, kv_cache_gib=1, max_model_len=256, owns_store=True, backend="cpu", model="m")
+    subprocess.run(cmd.cleanup_command, check=True, timeout=30)
+    assert other.is_dir()
+    assert (
+        ConnectorEngine(store, kv_cache_gib=1, max_model_len=256, backend="cpu", model="m").cleanup_command
+        is None
+    )

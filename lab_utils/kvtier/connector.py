@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -81,12 +82,15 @@ def ConnectorEngine(  # noqa: N802 - a factory that reads like the class it retu
     extra_args: Sequence[str] = (),
     backend: str = "auto",
     core: int | None = None,
+    owns_store: bool = False,
     **kwargs,
 ):
     """A `VLLMServer` on the course model whose engine uses the disk connector on `store_dir`.
 
     `core` (CPU mode) pins the engine to the `core`-th CPU this process may use (taskset, one OpenMP
     thread), so two engines on a 2-core machine do not fight over the same one, as lab 10's replicas.
+    `owns_store=True` deletes the store (a folder `new_store` made) when this engine stops, even
+    when the kernel that started it is killed; give it to the engine stopped last.
     """
     from ..servers.vllm import VLLMServer
 
@@ -105,7 +109,17 @@ def ConnectorEngine(  # noqa: N802 - a factory that reads like the class it retu
             srv.argv = ["taskset", "-c", mine, *srv.argv]
         srv.env = {**(srv.env or {}), "OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": mine}
     srv.store_dir = Path(store_dir)
+    if owns_store:
+        # run by stop(), or by the reaper when the interpreter that started the engine dies
+        srv.cleanup_command = [sys.executable, "-c", _REMOVE_STORE, str(store_dir)]
     return srv
+
+
+_STORE_PREFIX = "llm-serving-lab-kvstore-"
+_REMOVE_STORE = (
+    "import os, shutil, sys; p = sys.argv[1]; "
+    f"os.path.basename(p).startswith({_STORE_PREFIX!r}) and not os.path.islink(p) and shutil.rmtree(p, True)"
+)
 
 
 def remove_store(store_dir: str | Path) -> None:
