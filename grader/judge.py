@@ -29,6 +29,7 @@ from lab_utils.grading.scoring import (
     score,
 )
 
+from .library import fingerprints, library_for
 from .registry import Question, hidden_check, hidden_rng, questions_for
 from .remote import LearnerError, Runner, RunnerFailed, UsesReference
 from .sandbox import Sandbox
@@ -84,6 +85,8 @@ def judge_question(q: Question, ctx: Context) -> Result:
             log,
             timeout=ctx.per_question,
             memory_mb=ctx.memory_mb,
+            library=library_for(q.forbid),
+            prints=fingerprints(q),
         )
     except RunnerFailed as exc:
         return Result(q.id, q.points, 0.0, ERROR, str(exc))

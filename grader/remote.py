@@ -25,6 +25,8 @@ from lab_utils.grading.wire import WireError, decode, dumps, encode, loads
 
 from .sandbox import Sandbox, guarded, kill_tree, tree_memory_mb
 
+_COURSE_LIBRARY = Path(__file__).resolve().parent.parent / "lab_utils"
+
 # remote exceptions re-raised here as themselves, so checks can catch what they expect
 _BUILTIN_ERRORS = {
     name: getattr(builtins, name)
@@ -79,6 +81,8 @@ class Runner:
         log: Path,
         timeout: float = 120,
         memory_mb: int = 4096,
+        library: Path | None = None,
+        prints: dict[str, str] | None = None,
     ):
         self.deadline = time.monotonic() + timeout
         self.timeout = timeout
@@ -88,7 +92,24 @@ class Runner:
         if sandbox is not None:
             sandbox.read_only[str(answers_dir)] = "/tmp/in/answers"
             inside = "/tmp/in/answers"
-        cmd = [python, "-m", "lab_utils.grading.sandboxed", "--answers", inside, "--forbid", *forbid]
+        cmd = [python, "-m", "lab_utils.grading.sandboxed", "--answers", inside]
+        if prints:  # the references' code fingerprints (grader.library): hashes, no source
+            from .library import prints_file
+
+            path = prints_file(prints)
+            cmd += ["--prints", str(path)]
+            if sandbox is not None:
+                sandbox.read_only[str(path)] = "/tmp/in/prints.json"
+                cmd[-1] = "/tmp/in/prints.json"
+        cmd += ["--forbid", *forbid]
+        if library is not None:  # the course library without this question's references
+            if sandbox is not None:
+                sandbox.read_only[str(library / "lab_utils")] = str(_COURSE_LIBRARY)
+            else:
+                env = {
+                    **env,
+                    "PYTHONPATH": os.pathsep.join(filter(None, [str(library), env.get("PYTHONPATH")])),
+                }
         if sandbox is not None:
             cmd = sandbox.wrap(cmd, env)
         self._log = open(log, "ab")

@@ -120,7 +120,9 @@ def test_a_forbidden_reference_refuses_learner_callers_however_reached(tmp_path)
             r.close()
 
 
-def test_a_forbidden_property_refuses_learner_code_and_serves_course_code(tmp_path):
+def test_a_forbidden_property_is_absent_for_course_code_too(tmp_path):
+    """Course code that would read the reference for the answer (weight_bytes is num_params times
+    the dtype's size) is a route to it: in the runner the reference is absent for everyone."""
     folder = _answers(
         tmp_path / "a",
         """
@@ -131,13 +133,17 @@ def test_a_forbidden_property_refuses_learner_code_and_serves_course_code(tmp_pa
             return ModelSpec(**SPEC).num_params
         def through_course_code():
             return weight_bytes(ModelSpec(**SPEC), "float32")
+        def fields():
+            return ModelSpec(**SPEC).num_layers
         """,
     )
     r = _runner(folder, tmp_path, ["lab_utils.memory.spec:ModelSpec.num_params"])
     try:
         with pytest.raises(UsesReference):
             r.answer("reads")()
-        assert int(r.answer("through_course_code")()) > 0
+        with pytest.raises(UsesReference):
+            r.answer("through_course_code")()
+        assert int(r.answer("fields")()) == 2
     finally:
         r.close()
 

@@ -1,6 +1,6 @@
 """The runner: calls a learner's saved answers inside the grader's sandbox, on the judge's request.
 
-    python -m lab_utils.grading.sandboxed --answers DIR [--forbid module:attr ...]
+    python -m lab_utils.grading.sandboxed --answers DIR [--forbid module:attr ...] [--prints FILE]
 
 The judge (outside the sandbox) writes one JSON request per line to stdin and reads one JSON reply
 per line (wire.py). It asks for an answer by name, then for calls, attributes, items, lengths or
@@ -8,10 +8,17 @@ conversions of what came back; objects that cannot travel as plain data stay her
 holds a numbered handle to them. Nothing the learner's code returns leaves this process except as
 plain data.
 
-Before any answer is loaded, each reference the question forbids is replaced, everywhere in the
-course library, by a stand-in that raises `UsesReference` when learner code calls it (course code
-that uses it internally still works). An answer that *is* the reference, wraps it, subclasses it or
-calls it therefore fails here, where the judge cannot be fooled about it.
+The question's references are absent here, not watched:
+- the course library this process imports is the judge's copy in which each course reference the
+  question forbids is a stub that raises (grader/library.py, lab_utils.grading.absent); course
+  code that would use one raises too;
+- a third-party reference (`numpy:percentile`, `statistics:median`) is replaced, in every module
+  that holds it, by a stub that raises and keeps nothing of the original;
+- a *copy* of a reference brought in some other way (exec of its source, a module loaded by path,
+  a reload of a third-party module, a cached `.pyc`, a copy of the grader's hidden reference) is
+  known by its code fingerprint (`--prints`, computed by the judge from the real references): an
+  answer that reaches such code, or runs it while the judge calls it, is refused. A C function
+  (`torch.quantile`) is known by identity when called. Turning off the call watch is refused too.
 
 What the learner's code prints goes to stderr (a size-capped log); the replies go to a private copy
 of the original stdout.
@@ -20,100 +27,118 @@ of the original stdout.
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib
+import json
 import os
 import sys
+import threading
 import traceback
 
+from .absent import MARK, UsesReference, fingerprint, reachable_codes, stub_spec
 from .wire import WireError, decode, dumps, encode, loads
 
-_LIB = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../lab_utils
-_GRADING = os.path.join(_LIB, "grading")
 MAX_ITEMS = 1_000_000  # items one `iter` request materialises
+TAMPER = "the grader's call watch"  # the spec reported when learner code turns the watch off
 
 
-class UsesReference(Exception):
-    """Learner code called (or is) a reference implementation the question forbids."""
-
-
-def _library_caller(depth: int = 2) -> bool:
-    """True when the code that called the guarded function is course code (not the runner, not a
-    question file, not the learner's)."""
-    try:
-        path = os.path.abspath(sys._getframe(depth).f_code.co_filename)
-    except ValueError:
-        return False
-    return path.startswith(_LIB + os.sep) and not path.startswith(_GRADING + os.sep)
-
-
-def _guard_function(fn, spec: str):
-    @functools.wraps(fn)
-    def stand_in(*args, **kwargs):
-        if not _library_caller():
-            raise UsesReference(spec)
-        return fn(*args, **kwargs)
-
-    stand_in.__wrapped__ = None  # no way back to the reference through the stand-in
-    stand_in._lab_forbidden = spec
-    return stand_in
-
-
-def _guard_class(cls: type, spec: str) -> type:
-    namespace: dict = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
-    for klass in cls.__mro__:
-        if klass is object:
-            continue
-        for name, value in vars(klass).items():
-            if name in namespace or name in (
-                "__dict__",
-                "__weakref__",
-                "__module__",
-                "__qualname__",
-                "__doc__",
-            ):
-                continue
-            if isinstance(value, staticmethod):
-                namespace[name] = staticmethod(_guard_function(value.__func__, spec))
-            elif isinstance(value, classmethod):
-                namespace[name] = classmethod(_guard_function(value.__func__, spec))
-            elif callable(value) and hasattr(value, "__code__"):
-                namespace[name] = _guard_function(value, spec)
-    if "__init__" not in namespace:
-
-        def __init__(self, *args, **kwargs):
-            if not _library_caller():
-                raise UsesReference(spec)
-            super(guarded, self).__init__(*args, **kwargs)
-
-        namespace["__init__"] = __init__
-    namespace["_lab_forbidden"] = spec
-    guarded = type(cls.__name__, (cls,), namespace)
-    return guarded
+def _stub(spec: str):
+    """A function that raises UsesReference(spec) and holds nothing of the reference."""
+    namespace: dict = {"UsesReference": UsesReference}
+    exec(  # noqa: S102 - a fixed template, the spec as a constant
+        f"def stub(*args, **kwargs):\n    raise UsesReference({MARK + spec!r})\n", namespace
+    )
+    return namespace["stub"]
 
 
 def reference_in(value) -> str | None:
-    """The forbidden reference an answer *is* (itself, a partial of it, a bound method of it, or a
-    subclass of it), or None. Course code may call a reference; an answer may not be one, even when
-    only course code calls it (a scheduler handed to the simulator)."""
-    seen = 0
-    while value is not None and seen < 10:
-        seen += 1
-        spec = getattr(value, "_lab_forbidden", None) if isinstance(value, type) or callable(value) else None
-        if isinstance(spec, str):
-            return spec
-        if isinstance(value, type):
-            for base in value.__mro__[1:]:
-                spec = vars(base).get("_lab_forbidden")
-                if isinstance(spec, str):
-                    return spec
-            return None
-        value = getattr(value, "func", None) or getattr(value, "__func__", None)
-    return None
+    """The forbidden reference an answer *is* (a stub, a partial or bound method of one, a class
+    that is or derives from a stubbed class), or None."""
+    spec = stub_spec(value)
+    return spec[len(MARK) :] if spec and spec.startswith(MARK) else spec
 
 
-def forbid(specs: list[str]) -> None:
-    """Replace each "module:attr" reference, wherever the course library holds it, by a guard."""
+class Watch:
+    """The call watch: refuses any run of code whose fingerprint is a reference's, any call of a
+    forbidden C function, and any attempt to turn the watch off."""
+
+    def __init__(self, prints: dict[str, str], c_funcs: dict[int, str], c_methods: list[tuple]):
+        self._prints = prints
+        self._c_funcs = c_funcs
+        self._c_methods = c_methods  # (owner class, name, spec)
+        self._seen: dict[int, tuple[object, str | None]] = {}
+        self._off = {id(sys.setprofile), id(sys.settrace), id(threading.setprofile), id(threading.settrace)}
+        try:
+            import _thread
+
+            self._off.add(id(_thread.start_new_thread))
+        except ImportError:
+            pass
+        # a thread started by threading.Thread.start inherits the watch (threading.setprofile)
+        self._thread_start = threading.Thread.start.__code__
+        self._bootstrap = threading.Thread._bootstrap_inner.__code__
+        self.hit: str | None = None
+        self.stopping = False
+
+    def known(self, code) -> str | None:
+        entry = self._seen.get(id(code))
+        if entry is None or entry[0] is not code:
+            entry = (code, self._prints.get(fingerprint(code) or "")) if self._prints else (code, None)
+            self._seen[id(code)] = entry
+        return entry[1]
+
+    def __call__(self, frame, event, arg):
+        if self.hit is not None:
+            return
+        if event == "call":
+            spec = self.known(frame.f_code)
+            if spec is not None:
+                self.hit = spec
+                raise UsesReference(MARK + spec)
+        elif event == "c_call":
+            if id(arg) in self._off:
+                if (
+                    frame.f_code is self._thread_start
+                    and getattr(threading.Thread._bootstrap_inner, "__code__", None) is self._bootstrap
+                    and threading._profile_hook is self
+                ):
+                    return
+                if not self.stopping:
+                    self.hit = TAMPER
+                    raise UsesReference(MARK + TAMPER)
+                return
+            spec = self._c_funcs.get(id(arg))
+            if spec is None and self._c_methods:
+                owner = getattr(arg, "__self__", None)
+                name = getattr(arg, "__name__", None)
+                for cls, attr, s in self._c_methods:
+                    if name == attr and isinstance(owner, cls):
+                        spec = s
+                        break
+            if spec is not None:
+                self.hit = spec
+                raise UsesReference(MARK + spec)
+
+    def start(self) -> None:
+        self.hit = None
+        self.stopping = False
+        threading.setprofile(self)
+        sys.setprofile(self)
+
+    def stop(self) -> None:
+        self.stopping = True
+        if sys.getprofile() is not self and self.hit is None:
+            self.hit = TAMPER
+        sys.setprofile(None)
+        threading.setprofile(None)
+
+
+def forbid(specs: list[str]) -> tuple[dict[int, str], list[tuple]]:
+    """Replace each "module:attr" reference that is still there (third-party ones; course ones are
+    already stubs in this library) by a stub, wherever a loaded module holds it. Returns the
+    C functions among them (by identity) and the C methods (by owner class and name), for the
+    watch."""
+    c_funcs: dict[int, str] = {}
+    c_methods: list[tuple] = []
     for spec in specs:
         module_name, _, attr = spec.partition(":")
         module = importlib.import_module(module_name)
@@ -122,15 +147,22 @@ def forbid(specs: list[str]) -> None:
             head, _, name = attr.rpartition(".")
             for part in head.split("."):
                 owner = getattr(owner, part)
-        original = getattr(owner, name)
-        if isinstance(original, property):  # a property (ModelSpec.num_params): guard its getter
-            guarded = property(_guard_function(original.fget, spec), doc=original.__doc__)
-        elif isinstance(original, type):
-            guarded = _guard_class(original, spec)
+        original = owner.__dict__.get(name, None) if isinstance(owner, type) else getattr(owner, name)
+        if original is None:
+            original = getattr(owner, name)
+        if stub_spec(original) or (isinstance(original, property) and stub_spec(original.fget)):
+            continue  # a course reference: absent from this library already
+        if isinstance(original, type):
+            stub = type(original.__name__, (), {"__lab_forbidden__": spec, "__new__": _stub(spec)})
+        elif isinstance(original, property):
+            stub = property(_stub(spec))
         else:
-            guarded = _guard_function(original, spec)
-        # the course library's copies, and a foreign package's own submodules that hold the same
-        # object (numpy.percentile is also numpy.lib._function_base_impl.percentile)
+            stub = _stub(spec)
+        if not hasattr(original, "__code__") and callable(original) and not isinstance(original, type):
+            if isinstance(owner, type):
+                c_methods.append((owner, name, spec))
+            else:
+                c_funcs[id(original)] = spec
         root = module_name.split(".")[0]
         for mod in list(sys.modules.values()):
             mod_name = getattr(mod, "__name__", "")
@@ -138,24 +170,30 @@ def forbid(specs: list[str]) -> None:
                 mod_name.startswith("lab_utils") or mod_name.split(".")[0] == root
             ):
                 continue
-            for key, value in list(vars(mod).items()):
+            try:
+                items = list(vars(mod).items())
+            except TypeError:
+                continue
+            for key, value in items:
                 if value is original:
                     try:
-                        setattr(mod, key, guarded)
+                        setattr(mod, key, stub)
                     except (AttributeError, TypeError):
                         pass
-        if owner is not module:
-            setattr(owner, name, guarded)
-        elif not module_name.startswith("lab_utils"):  # numpy:percentile: the module's own name too
-            setattr(module, name, guarded)
+        try:
+            setattr(owner, name, stub)
+        except (AttributeError, TypeError):
+            pass
+    return c_funcs, c_methods
 
 
 class Runner:
     """Answers, handles and the mirrors of objects the judge sent in."""
 
-    def __init__(self, answers: dict, problems: dict[str, str]):
+    def __init__(self, answers: dict, problems: dict[str, str], watch: Watch | None = None):
         self.answers = answers
         self.problems = problems
+        self.watch = watch
         self.handles: dict[int, object] = {}
         self.mirrors: dict[int, object] = {}
 
@@ -207,7 +245,11 @@ class Runner:
                 why = self.problems.get(name, "was not saved (define it and run its cell)")
                 raise LookupError(f"`{name}` {why}")
             if spec := reference_in(self.answers[name]):
-                raise UsesReference(spec)
+                raise UsesReference(MARK + spec)
+            if self.watch is not None:  # a copy of a reference, made anywhere, that the answer reaches
+                for code in reachable_codes(self.answers[name]):
+                    if spec := self.watch.known(code):
+                        raise UsesReference(MARK + spec)
             return self.out(self.answers[name])
         if op == "library":  # a course function driving the learner's answers (checks.inside)
             module_name, _, qualname = str(request.get("fn", "")).partition(":")
@@ -256,9 +298,12 @@ class Runner:
         raise WireError(f"unknown op {op!r}")
 
 
-def _error(exc: BaseException) -> dict:
-    if isinstance(exc, UsesReference):
-        return {"type": "UsesReference", "msg": str(exc)}
+def _error(exc: BaseException, watch: Watch | None = None) -> dict:
+    if watch is not None and watch.hit is not None:  # whatever the learner's code made of it
+        return {"type": "UsesReference", "msg": watch.hit}
+    if type(exc).__name__ == "UsesReference":
+        msg = str(exc)
+        return {"type": "UsesReference", "msg": msg[len(MARK) :] if msg.startswith(MARK) else msg}
     last = traceback.format_exception_only(type(exc), exc)[-1].strip()
     return {"type": type(exc).__name__[:80], "msg": str(exc)[:500], "text": last[:500]}
 
@@ -267,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--answers", required=True)
     parser.add_argument("--forbid", nargs="*", default=[])
+    parser.add_argument("--prints", default=None, help="JSON {fingerprint: spec} of the references")
     parser.add_argument("--log-limit-mb", type=int, default=64)
     args = parser.parse_args(argv)
 
@@ -282,24 +328,45 @@ def main(argv: list[str] | None = None) -> int:
 
     ready: dict = {"ok": True}
     try:
-        forbid(args.forbid)
+        c_funcs, c_methods = forbid(args.forbid)
+        prints = {}
+        if args.prints:
+            with open(args.prints) as f:
+                prints = {str(k): str(v) for k, v in json.load(f).items()}
+        watch = Watch(prints, c_funcs, c_methods)
         from .probe import load_answers
 
-        answers, problems = load_answers(args.answers)
+        watch.start()  # unpickling runs learner code too
+        try:
+            answers, problems = load_answers(args.answers)
+        finally:
+            watch.stop()
+        loaded_with = watch.hit  # a reference copy ran while the answers were unpickled
     except BaseException as exc:
-        answers, problems = {}, {}
+        answers, problems, watch, loaded_with = {}, {}, None, None
         ready = {"err": _error(exc)}
     replies.write(dumps(ready))
-    runner = Runner(answers, problems)
+    runner = Runner(answers, problems, watch)
     while True:
         line = requests.readline(64 * 2**20)
         if not line:
             return 0
         try:
-            reply = {"ok": runner.serve(loads(line))}
-            data = dumps(reply)
+            if loaded_with is not None:
+                raise UsesReference(MARK + loaded_with)
+            request = loads(line)
+            if watch is not None:
+                watch.start()
+            try:
+                value = runner.serve(request)
+            finally:
+                if watch is not None:
+                    watch.stop()
+            if watch is not None and watch.hit is not None:
+                raise UsesReference(MARK + watch.hit)
+            data = dumps({"ok": value})
         except BaseException as exc:  # SystemExit and KeyboardInterrupt from learner code too
-            data = dumps({"err": _error(exc)})
+            data = dumps({"err": _error(exc, watch)})
         replies.write(data)
 
 
