@@ -49,6 +49,7 @@ _TIER = {
 }
 _KV_REFS = [
     "lab_utils.memory.kv:kv_cache_bytes_per_token",
+    "lab_utils.memory:kv_cache_bytes_per_token",
     "lab_utils.memory.kv:kv_cache_block_bytes",
     "lab_utils.engine.llama:LlamaConfig.kv_bytes_per_token",
 ]
@@ -107,11 +108,20 @@ def _(crossover_len):
     answers=["cache_sources"],
     forbid=[
         "lab_utils.kvtier.metrics:counters",
+        "lab_utils.routing:prefix_cache_counters",
+        # every Prometheus text parser within reach: the course's and prometheus_client's
         "lab_utils.kv.metrics:parse_prometheus",
         "lab_utils.kv.metrics:vllm_kv_metrics",
-        "lab_utils.routing:prefix_cache_counters",
+        "lab_utils.clients.metrics:parse_prometheus",
+        "lab_utils.clients.metrics:metric_value",
+        "lab_utils.clients.metrics:scrape",
+        "lab_utils.clients.metrics:MetricsSampler",
+        "lab_utils.triton.measure:parse_metrics",
+        "lab_utils.triton.measure:metric_value",
         "prometheus_client.parser:text_string_to_metric_families",
         "prometheus_client.parser:text_fd_to_metric_families",
+        "prometheus_client.openmetrics.parser:text_string_to_metric_families",
+        "prometheus_client.openmetrics.parser:text_fd_to_metric_families",
     ],
 )
 def _(cache_sources):
