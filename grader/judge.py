@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab_utils.grading.forbidden import refusal
+from lab_utils.grading.sandboxed import TAMPER
 from lab_utils.grading.scoring import (
     ERROR,
     NOT_ANSWERED,
@@ -29,7 +31,7 @@ from lab_utils.grading.scoring import (
     score,
 )
 
-from .library import fingerprints, library_for
+from .library import HIDDEN_LABEL, fingerprints, library_for
 from .registry import Question, hidden_check, hidden_rng, questions_for
 from .remote import LearnerError, Runner, RunnerFailed, UsesReference
 from .sandbox import Sandbox
@@ -52,17 +54,29 @@ class Context:
     statuses: dict[str, str] = field(default_factory=dict)
 
 
+def refused(spec: str) -> str:
+    """The feedback for an answer the runner refused: what it used, named as what it is (never a
+    hidden reference's name)."""
+    if spec == HIDDEN_LABEL:
+        return "your answer runs a copy of the grader's own reference; write your own"
+    if spec == TAMPER:
+        return "your answer turned off the grader's call watch (sys.setprofile, or a thread started outside threading)"
+    return refusal(spec)
+
+
 def _run(fn, values: dict, extra: dict) -> tuple[float | None, str, str]:
     """Run one check: (fraction or None on failure, status, message)."""
     try:
         fraction = fn(**values, **extra)
     except UsesReference as exc:
-        return None, REFERENCE, f"your answer is or calls the course's reference `{str(exc).split(':')[-1]}`"
+        return None, REFERENCE, refused(str(exc))
     except RunnerFailed as exc:
         return None, ERROR, str(exc)
     except NotImplementedError:
         return None, NOT_ANSWERED, "the answer still raises NotImplementedError"
     except AssertionError as exc:
+        if getattr(exc, "from_learner", False):  # raised by the answer, not by the check
+            return None, ERROR, f"your answer raised AssertionError: {exc}"[:300]
         return None, WRONG, str(exc) or "the check's assertion failed"
     except LearnerError as exc:
         return None, ERROR, f"your answer raised {exc}"[:300]
@@ -98,7 +112,7 @@ def judge_question(q: Question, ctx: Context) -> Result:
             except LookupError as exc:
                 return Result(q.id, q.points, 0.0, NOT_ANSWERED, str(exc)[:300])
             except UsesReference as exc:
-                return Result(q.id, q.points, 0.0, REFERENCE, f"`{name}` is the course's reference `{exc}`")
+                return Result(q.id, q.points, 0.0, REFERENCE, f"`{name}`: {refused(str(exc))}")
             except RunnerFailed as exc:
                 return Result(q.id, q.points, 0.0, ERROR, str(exc))
             except Exception as exc:
@@ -117,10 +131,21 @@ def judge_question(q: Question, ctx: Context) -> Result:
         if frac is None:
             if status == WRONG:
                 message = f"passes the public check but not the grader's unseen cases: {message}"
+            elif status == ERROR and message.startswith("your answer raised "):
+                message = _type_only(message)
             return Result(q.id, q.points, 0.0, status, message)
         return result_for(q, round(public * frac, 6))
     finally:
         runner.close()
+
+
+def _type_only(message: str) -> str:
+    """An exception the answer raised on a hidden case, cut to its type: its text is the learner's
+    own choice and may carry the hidden inputs out into the feedback."""
+    words = message[len("your answer raised ") :].split(":", 1)[0].split()
+    kind = words[0] if words else ""
+    kind = "".join(ch for ch in kind if ch.isalnum() or ch in "._")[:60] or "an exception"
+    return f"your answer raised {kind} on one of the grader's unseen cases (its message is not shown)"
 
 
 def judge_lab(lab: str, ctx: Context) -> list[Result]:

@@ -96,6 +96,9 @@ def library_for(specs) -> Path | None:
         if where is not None:
             path, qualname = where
             targets.setdefault(path, {})[qualname] = spec
+    for names in targets.values():  # a method of a class that is stubbed whole is stubbed with it
+        for qualname in [n for n in names if any(n.startswith(other + ".") for other in names)]:
+            del names[qualname]
     if not targets:
         return None
     key = hashlib.sha256(repr((_library_digest(), sorted(map(str, specs)))).encode()).hexdigest()[:16]

@@ -45,12 +45,15 @@ class Question:
     answers: tuple[str, ...]  # names the check reads from the notebook's globals
     fn: Callable[..., float | None] = field(compare=False, repr=False)
     description: str = ""
-    # "module:attr" of reference implementations the answer may neither be nor call
+    # "module:attr" of reference implementations the answer may neither be nor call: name families
+    # of the catalogue, `forbid=refs("percentiles")` (lab_utils.grading.forbidden)
     forbid: tuple[str, ...] = ()
     # answers that may legitimately be None (rare); any other None answer scores zero
     allow_none: tuple[str, ...] = ()
     # a prediction made before a cell measures the same figure (every lab has at least one)
     predict: bool = False
+    # the catalogue families `forbid` came from (lab_utils.grading.forbidden.refs)
+    families: tuple[str, ...] = ()
 
     @property
     def lab(self) -> str:
@@ -84,6 +87,7 @@ def question(
             tuple(forbid or ()),
             tuple(allow_none or ()),
             bool(predict),
+            tuple(getattr(forbid, "families", ())),
         )
         return fn
 

@@ -120,9 +120,9 @@ def _check_identity(q: Question, values: dict, forbidden: list) -> None:
             ):
                 same = True
             if same:
-                raise UsesReference(
-                    f"`{name}` is the course's reference `{spec.split(':')[-1]}`; write your own"
-                )
+                from .forbidden import refusal
+
+                raise UsesReference(f"`{name}`: {refusal(spec)}")
 
 
 class _CallWatch:
@@ -180,13 +180,15 @@ def _run(q: Question, fn, values: dict, extra: dict, forbidden: list) -> tuple[f
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return None, ERROR, f"your answer raised {last}"
     if watch.hit:
-        return _calls_reference(watch.hit, "; write your own")
+        return _calls_reference(watch.hit)
     return check_fraction(fraction)
 
 
-def _calls_reference(hit: str, advice: str = "") -> tuple[None, str, str]:
+def _calls_reference(hit: str) -> tuple[None, str, str]:
     """The result of an answer that called the forbidden reference `hit` ("module:attr")."""
-    return None, REFERENCE, f"your answer calls the course's reference `{hit.split(':')[-1]}`{advice}"
+    from .forbidden import refusal
+
+    return None, REFERENCE, refusal(hit)
 
 
 def check_fraction(fraction) -> tuple[float | None, str, str]:

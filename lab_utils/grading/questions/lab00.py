@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 
+from lab_utils.grading.forbidden import refs
 from lab_utils.grading.registry import question, scenario
 
 # Questions a learner's scenario asks the course model, and short conversations to count.
@@ -73,7 +74,7 @@ def _tokenizer():
     points=1,
     answers=["queries_per_kv_head"],
     # lab 01's calculator reads configs, multimodal wrappers included
-    forbid=["lab_utils.memory.spec:ModelSpec"],
+    forbid=refs("model_spec"),
 )
 def _(queries_per_kv_head):
     """A function: query heads sharing one KV head in the language model, from a config dict (plain,
@@ -146,11 +147,7 @@ def _(stream_deltas):
     "00.decode_prediction",
     points=2,
     answers=["predicted_tokens_per_s"],
-    forbid=[
-        "lab_utils.drills.calc:batch1_decode_tokens_per_s",
-        "lab_utils.memory.spec:ModelSpec",
-        "lab_utils.memory.weights:weight_bytes",
-    ],
+    forbid=refs("decode_speed", "model_spec"),
     predict=True,
 )
 def _(predicted_tokens_per_s):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from lab_utils.grading.checks import close, model_dict
+from lab_utils.grading.forbidden import refs
 from lab_utils.grading.registry import lab_scenario, question, scenario
 
 GiB = 1 << 30
@@ -54,7 +55,7 @@ def _(rng):
     "01.kv_bytes_per_token",
     points=3,
     answers=["kv_bytes_per_token", "request_kv_bytes"],
-    forbid=["lab_utils.memory.kv:kv_cache_bytes_per_token"],
+    forbid=refs("kv_per_token"),
 )
 def _(kv_bytes_per_token, request_kv_bytes):
     """KV-cache bytes one token occupies, from layers, KV heads, head_dim and bytes per element; and
@@ -78,11 +79,7 @@ def _(kv_bytes_per_token, request_kv_bytes):
     "01.vllm_capacity",
     points=3,
     answers=["vllm_capacity", "predicted_vllm"],
-    forbid=[
-        "lab_utils.memory.kv:vllm_kv_cache_report",
-        "lab_utils.memory.kv:kv_cache_num_blocks",
-        "lab_utils.memory.kv:kv_cache_capacity_tokens",
-    ],
+    forbid=refs("vllm_capacity"),
     predict=True,
 )
 def _(vllm_capacity, predicted_vllm):
@@ -112,7 +109,7 @@ def _(vllm_capacity, predicted_vllm):
     "01.parallel_plan",
     points=3,
     answers=["parallel_plan", "scenario_plan"],
-    forbid=["lab_utils.drills.calc:gpus_needed", "lab_utils.drills.calc:valid_tp_degrees"],
+    forbid=refs("tp_rules"),
 )
 def _(parallel_plan, scenario_plan):
     """(tensor-parallel, pipeline-parallel) degrees for a memory need; and scenario_plan(scenario)."""
@@ -135,11 +132,7 @@ def _(parallel_plan, scenario_plan):
     "01.decode_roofline",
     points=2,
     answers=["decode_step"],
-    forbid=[
-        "lab_utils.memory.recommend:decode_tokens_per_s",
-        "lab_utils.drills.calc:ridge_point",
-        "lab_utils.drills.calc:critical_batch",
-    ],
+    forbid=refs("roofline"),
 )
 def _(decode_step):
     """Decode tokens/s of one step and which roof limits it ("memory" or "compute")."""
@@ -160,7 +153,7 @@ def _(decode_step):
     "01.spec_decode",
     points=2,
     answers=["expected_tokens_per_pass", "scenario_spec_speedup"],
-    forbid=["lab_utils.drills.calc:spec_expected_tokens", "lab_utils.drills.calc:spec_speedup"],
+    forbid=refs("speculative"),
 )
 def _(expected_tokens_per_pass, scenario_spec_speedup):
     """Expected tokens per target pass with k drafts accepted with probability alpha; the speed-up of a
@@ -184,16 +177,7 @@ def _(expected_tokens_per_pass, scenario_spec_speedup):
     "01.prefill_ttft",
     points=2,
     answers=["prefill_ttft_s", "scenario_ttft_s"],
-    forbid=[
-        "lab_utils.drills.calc:prefill_ttft_s",
-        # the calculator's parameter counts: the scenario's count is the learner's
-        "lab_utils.memory.spec:ModelSpec.non_embedding_params",
-        "lab_utils.memory.spec:ModelSpec.num_params",
-        "lab_utils.memory.spec:ModelSpec.linear_params",
-        "lab_utils.memory.spec:ModelSpec.linear_shapes",
-        "lab_utils.memory.spec:ModelSpec.prefill_flops",
-        "lab_utils.memory.spec:ModelSpec.decode_flops_per_token",
-    ],
+    forbid=refs("prefill_flops"),
 )
 def _(prefill_ttft_s, scenario_ttft_s):
     """Compute-bound prefill time on tp x pp GPUs; and scenario_ttft_s(scenario)."""

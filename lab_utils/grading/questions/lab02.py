@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import math
 
+from lab_utils.grading.forbidden import refs
 from lab_utils.grading.registry import question, scenario
-
-_KV = "lab_utils.kv.kv_cache_manager:KVCacheManager"
-_POOL = "lab_utils.kv.block_pool:BlockPool"
 
 
 @scenario("02")
@@ -51,7 +49,7 @@ def _ids(value) -> list[int] | None:
     "02.contiguous_waste",
     points=2,
     answers=["contiguous_waste"],
-    forbid=["lab_utils.kv.workload:never_used_fraction"],
+    forbid=refs("never_used"),
 )
 def _(contiguous_waste):
     """Fraction of a contiguous allocator's reserved slots that never hold a token."""
@@ -80,7 +78,7 @@ def _step(m, req, n: int):
     return None if got is None else _ids(got)
 
 
-@question("02.allocate", points=2, answers=["MyKVCacheManager"], forbid=[_KV, _POOL])
+@question("02.allocate", points=2, answers=["MyKVCacheManager"], forbid=refs("kv_manager"))
 def _(MyKVCacheManager):
     """allocate_slots for a new prompt: whole blocks from the front of the free queue, or None."""
     from lab_utils.kv import Request
@@ -96,7 +94,7 @@ def _(MyKVCacheManager):
     assert int(m.num_free_blocks) == 4 and _ids(m.get_block_ids("c")) == [], "a refused call changes nothing"
 
 
-@question("02.append", points=2, answers=["MyKVCacheManager"], forbid=[_KV, _POOL])
+@question("02.append", points=2, answers=["MyKVCacheManager"], forbid=refs("kv_manager"))
 def _(MyKVCacheManager):
     """allocate_slots for a running request: a new block only when its blocks are full; None if none is free."""
     from lab_utils.kv import Request
@@ -121,7 +119,7 @@ def _(MyKVCacheManager):
     )
 
 
-@question("02.free", points=2, answers=["MyKVCacheManager"], forbid=[_KV, _POOL])
+@question("02.free", points=2, answers=["MyKVCacheManager"], forbid=refs("kv_manager"))
 def _(MyKVCacheManager):
     """free: blocks rejoin the back of the queue, last block first, and are reused in that order."""
     from lab_utils.kv import Request
@@ -156,10 +154,7 @@ def _cached_table(block_size: int, prompts: list[list[int]]) -> dict:
     "02.prefix_lookup",
     points=3,
     answers=["cached_prefix_blocks"],
-    forbid=[
-        "lab_utils.kv.kv_cache_manager:KVCacheManager.get_computed_blocks",
-        "lab_utils.kv.block_pool:hash_request_blocks",
-    ],
+    forbid=refs("prefix_lookup"),
 )
 def _(cached_prefix_blocks):
     """Prefix-cache lookup: chained hashes of whole blocks, stop at the first miss, never the last token."""
@@ -181,7 +176,7 @@ def _(cached_prefix_blocks):
 # --- 02.fork_cow ---------------------------------------------------------------------------------
 
 
-@question("02.fork_cow", points=3, answers=["ForkingKVCacheManager"], forbid=[_KV, _POOL])
+@question("02.fork_cow", points=3, answers=["ForkingKVCacheManager"], forbid=refs("kv_manager"))
 def _(ForkingKVCacheManager):
     """fork shares every block; the first write into a shared partial block copies it (copy-on-write)."""
     from lab_utils.kv import Request
@@ -216,7 +211,7 @@ def _(ForkingKVCacheManager):
     "02.max_concurrent",
     points=2,
     answers=["max_concurrent"],
-    forbid=["lab_utils.kv.workload:max_concurrent_requests"],
+    forbid=refs("max_concurrent"),
 )
 def _(max_concurrent):
     """Requests that fit at once in one KV budget: contiguous slabs vs paged blocks."""
@@ -237,7 +232,7 @@ def _(max_concurrent):
     points=2,
     answers=["predicted_blocks_saved"],
     predict=True,
-    forbid=[_KV, _POOL],
+    forbid=refs("kv_manager"),
 )
 def _(predicted_blocks_saved):
     """predicted_blocks_saved(scenario): KV blocks prefix caching saves when all the users run at once."""
@@ -254,13 +249,6 @@ def _(predicted_blocks_saved):
 # --- 02.vllm_hits ----------------------------------------------------------------------------------
 
 
-_PROM = [
-    "lab_utils.kv.metrics:parse_prometheus",
-    "lab_utils.kv.metrics:vllm_kv_metrics",
-    "lab_utils.clients.metrics:parse_prometheus",
-    "lab_utils.clients.metrics:metric_value",
-]
-
 _BEFORE = """# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.
 # TYPE vllm:prefix_cache_hits_total counter
 vllm:prefix_cache_hits_total{engine="0",model_name="m"} 256.0
@@ -270,18 +258,11 @@ vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1000.0
 """
 
 
-# lab 11's drill calculator counts the tokens a block-based prefix cache reuses: one call, the answer
-_PREFIX_CALC = [
-    "lab_utils.drills.calc:cached_prefix_tokens",
-    "lab_utils.drills.calc:prefill_saved_fraction",
-]
-
-
 @question(
     "02.vllm_hits",
     points=2,
     answers=["predicted_prefix_hits", "prefix_cache_delta"],
-    forbid=_PREFIX_CALC + _PROM,
+    forbid=refs("prefix_cache_calc", "prometheus_parsers"),
 )
 def _(predicted_prefix_hits, prefix_cache_delta):
     """Prefix-cache hit tokens vLLM should report for N requests sharing a prefix, sent one by one; and

@@ -12,12 +12,8 @@ from __future__ import annotations
 import math
 
 from lab_utils.grading.checks import close, inside
+from lab_utils.grading.forbidden import refs
 from lab_utils.grading.registry import question, scenario
-
-_SCHEDULE_REFS = [
-    "lab_utils.sim.scheduler:reference_schedule",
-    "lab_utils.engine.scheduler:Scheduler.reference_schedule",
-]
 
 
 @scenario("03")
@@ -46,27 +42,6 @@ def _(rng):
     }
 
 
-# Course code that runs the simulator for you: a prediction or a ratio to reason out may not call it
-# (the notebook checks your reasoning with it afterwards).
-_SIMULATORS = [
-    "lab_utils.sim.simulator:simulate",
-    "lab_utils.sim.simulator:_run_static",
-    "lab_utils.sim.simulator:_run_continuous_plain",
-    "lab_utils.sim.simulator:_run_continuous_fast",
-    "lab_utils.sim.metrics:sweep_load",
-    "lab_utils.sim.measure:measure_batching_gain",
-    "lab_utils.drills.measure:measure_batching_gain",
-    "lab_utils.drills.measure:measure_workload",
-    "lab_utils.tgi.measure:vllm_sim",
-    "lab_utils.tgi.measure:tgi_sim",
-    "lab_utils.tgi.measure:compare_tgi_vllm",
-    "lab_utils.deploy.disagg:colocated",
-    "lab_utils.deploy.disagg:disaggregated",
-    "lab_utils.deploy.disagg:compare_pools",
-    "lab_utils.viz.timeline:explorer_result",
-]
-
-
 # --- 03.static_utilisation ---------------------------------------------------------------------
 
 
@@ -74,7 +49,7 @@ _SIMULATORS = [
     "03.static_utilisation",
     points=2,
     answers=["static_slot_utilisation"],
-    forbid=["lab_utils.sim.metrics:slot_utilisation", *_SIMULATORS],
+    forbid=refs("slot_utilisation", "simulators"),
 )
 def _(static_slot_utilisation):
     """Fraction of slot-steps of one static batch that produce a token."""
@@ -105,7 +80,7 @@ def _three(value) -> tuple[float, float, float]:
     return items[0], items[1], items[2]
 
 
-@question("03.queue_ratios", points=3, answers=["queue_ratios"], forbid=_SIMULATORS)
+@question("03.queue_ratios", points=3, answers=["queue_ratios"], forbid=refs("simulators"))
 def _(queue_ratios):
     """queue_ratios(scenario) -> (same mix, short queue: requests, short queue: tokens), each
     continuous / static at a flat step cost; the grader compares them with the simulator (2%)."""
@@ -125,7 +100,7 @@ def _(queue_ratios):
     points=3,
     answers=["predicted_no_queue_gain"],
     predict=True,
-    forbid=_SIMULATORS,
+    forbid=refs("simulators"),
 )
 def _(predicted_no_queue_gain):
     """predicted_no_queue_gain(scenario): continuous / static output tokens per second for the
@@ -141,12 +116,7 @@ def _(predicted_no_queue_gain):
     "03.measured_gain",
     points=2,
     answers=["throughput_gain"],
-    forbid=[
-        "lab_utils.sim.measure:_throughput",
-        "lab_utils.sim.measure:BatchingGain",
-        "lab_utils.sim.metrics:summarize",
-        "lab_utils.drills.measure:BatchingMeasurement",
-    ],
+    forbid=refs("batching_gain_measure"),
 )
 def _(throughput_gain):
     """throughput_gain(static, continuous): continuous / static output tokens per second, from each
@@ -186,7 +156,7 @@ def _same_plans(my_schedule, workload, cfg) -> bool:
     return got == want
 
 
-@question("03.continuous_step", points=4, answers=["my_schedule"], forbid=_SCHEDULE_REFS)
+@question("03.continuous_step", points=4, answers=["my_schedule"], forbid=refs("reference_schedule"))
 def _(my_schedule):
     """A continuous-batching schedule step (running first, then waiting, one budget, preemption)."""
     from lab_utils.sim import ContinuousBatching, fixed_workload
@@ -206,7 +176,7 @@ def _(my_schedule):
 # --- 03.goodput --------------------------------------------------------------------------------
 
 
-@question("03.goodput", points=2, answers=["goodput_rps"], forbid=["lab_utils.sim.metrics:goodput"])
+@question("03.goodput", points=2, answers=["goodput_rps"], forbid=refs("goodput"))
 def _(goodput_rps):
     """Requests per second that met a TTFT and a TPOT objective."""
     reqs = [(0.0, 0.2, 1.2, 11), (0.5, 1.5, 2.0, 6), (2.0, 2.3, 2.3, 1)]

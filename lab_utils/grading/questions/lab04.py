@@ -10,35 +10,8 @@ learner's function on them; the notebook applies the same function to its own me
 from __future__ import annotations
 
 from lab_utils.grading.checks import inside
+from lab_utils.grading.forbidden import refs
 from lab_utils.grading.registry import question, scenario
-
-# The engine's references: the learner's answers may neither be nor call them.
-_SCHEDULERS = [
-    "lab_utils.engine.scheduler:Scheduler.reference_schedule",
-    "lab_utils.sim.scheduler:reference_schedule",
-]
-_KV_SIZING = [
-    "lab_utils.memory.kv:kv_cache_capacity_tokens",
-    "lab_utils.memory.kv:kv_cache_num_blocks",
-    "lab_utils.memory.kv:kv_cache_block_bytes",
-    "lab_utils.memory.kv:kv_cache_bytes_per_token",
-    "lab_utils.memory.kv:vllm_kv_cache_report",
-    "lab_utils.memory.kv:KVCacheReport",
-    "lab_utils.memory.breakdown:memory_breakdown",
-    "lab_utils.engine.llama:LlamaConfig.kv_bytes_per_token",
-    "lab_utils.engine.model_runner:ModelRunner.kv_bytes_per_block",
-]
-# What runs requests through a paged cache and so reads off the blocks each one held: the
-# measurement the prediction is compared with, the engine, its scheduler (the question file's own
-# fake-token drivers use it) and lab 03's simulator. A prediction, or a cache sized by searching,
-# that runs any of them is a measurement, not a prediction.
-_RUNS_REQUESTS = [
-    "lab_utils.engine.measure:EngineRun.peak_blocks",
-    "lab_utils.engine.llm_engine:LLMEngine",
-    "lab_utils.engine.llm_engine:LLM",
-    "lab_utils.engine.scheduler:Scheduler",
-    "lab_utils.sim.simulator:simulate",
-]
 
 
 @scenario("04")
@@ -83,7 +56,12 @@ def _(slot_spans):
 # --- 04.kv_capacity_tokens ----------------------------------------------------------------------
 
 
-@question("04.kv_capacity_tokens", points=2, answers=["kv_capacity_tokens"], forbid=_KV_SIZING)
+@question(
+    "04.kv_capacity_tokens",
+    points=2,
+    answers=["kv_capacity_tokens"],
+    forbid=refs("kv_sizing", "engine_kv_sizing"),
+)
 def _(kv_capacity_tokens):
     """Tokens a paged KV cache holds for a model shape: whole blocks only."""
     a = int(kv_capacity_tokens(1.0, 16, 4, 30, 3, 64))
@@ -95,7 +73,9 @@ def _(kv_capacity_tokens):
 # --- 04.blocks_needed (predict, then the roomy run measures it) -----------------------------------
 
 
-@question("04.blocks_needed", points=2, answers=["predicted_blocks"], predict=True, forbid=_RUNS_REQUESTS)
+@question(
+    "04.blocks_needed", points=2, answers=["predicted_blocks"], predict=True, forbid=refs("engine_runs")
+)
 def _(predicted_blocks):
     """predicted_blocks(scenario): the most KV blocks each request holds at once (prompt order)."""
     case = {"block_size": 4, "prompt_lens": [5, 12], "max_tokens": 6, "token_seed": 1}
@@ -156,7 +136,7 @@ def _drive(
     return plans, s
 
 
-@question("04.my_schedule", points=3, answers=["my_schedule"], forbid=_SCHEDULERS)
+@question("04.my_schedule", points=3, answers=["my_schedule"], forbid=refs("reference_schedule"))
 def _(my_schedule):
     """A continuous-batching policy that the engine's Scheduler accepts: chunked prefill, preemption."""
     # 1. a token budget smaller than the prompts: chunked prefill, everything finishes, nothing leaks
@@ -213,7 +193,9 @@ def _scenario_engine(num_blocks: int, scen: dict, schedule_fn=None):
     return s
 
 
-@question("04.preemption", points=2, answers=["tight_blocks", "recomputed_tokens"], forbid=_RUNS_REQUESTS)
+@question(
+    "04.preemption", points=2, answers=["tight_blocks", "recomputed_tokens"], forbid=refs("engine_runs")
+)
 def _(tight_blocks, recomputed_tokens):
     """tight_blocks(scenario): KV blocks that force a preemption; recomputed_tokens(steps): per victim,
     the tokens whose K/V preemption threw away."""

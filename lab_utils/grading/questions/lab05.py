@@ -11,24 +11,11 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+from lab_utils.grading.forbidden import refs
 from lab_utils.grading.registry import limits, question, scenario
 
 GiB = 1 << 30
 COURSE_BYTES_PER_TOKEN = 2 * 30 * 3 * 64 * 4  # the course model's float32 K and V, all layers
-
-# The course's KV sizing: lab 01's calculator predicts vLLM's start-up log line (blocks, null
-# block, maximum concurrency, the longest max_model_len) from a model spec, which a made-up spec
-# with the goal's bytes per token would feed.
-_KV_SIZING = [
-    "lab_utils.memory.kv:kv_cache_capacity_tokens",
-    "lab_utils.memory.kv:kv_cache_num_blocks",
-    "lab_utils.memory.kv:kv_cache_block_bytes",
-    "lab_utils.memory.kv:kv_cache_bytes_per_token",
-    "lab_utils.memory.kv:vllm_kv_cache_report",
-    "lab_utils.memory.kv:KVCacheReport",
-    "lab_utils.memory.breakdown:memory_breakdown",
-    "lab_utils.engine.llama:LlamaConfig.kv_bytes_per_token",
-]
 
 
 # graded as submitted (LIGHT = False): the kernel and its vLLM server(s), proportional set size
@@ -93,7 +80,7 @@ def _(best_completion):
     "05.client_kwargs",
     points=2,
     answers=["client_kwargs"],
-    forbid=["lab_utils.servers.vllm:VLLMServer.client_kwargs", "lab_utils.servers.base:OpenAIAddresses"],
+    forbid=refs("client_kwargs"),
 )
 def _(client_kwargs):
     """Keyword arguments for openai.OpenAI against a vLLM server."""
@@ -110,7 +97,7 @@ def _(client_kwargs):
 # --- 05.kv_cache_tokens -------------------------------------------------------------------------
 
 
-@question("05.kv_cache_tokens", points=2, answers=["kv_cache_tokens"], forbid=_KV_SIZING)
+@question("05.kv_cache_tokens", points=2, answers=["kv_cache_tokens"], forbid=refs("kv_sizing"))
 def _(kv_cache_tokens):
     """KV-cache capacity in tokens from the KV memory, the model shape and the block size."""
     a = int(kv_cache_tokens(1.0, 30, 3, 64, 4, 128))
@@ -122,7 +109,7 @@ def _(kv_cache_tokens):
 # --- 05.max_model_len_limit ---------------------------------------------------------------------
 
 
-@question("05.max_model_len_limit", points=2, answers=["max_model_len_limit"], forbid=_KV_SIZING)
+@question("05.max_model_len_limit", points=2, answers=["max_model_len_limit"], forbid=refs("kv_sizing"))
 def _(max_model_len_limit):
     """The longest --max-model-len vLLM accepts for a given KV memory."""
     per_token = COURSE_BYTES_PER_TOKEN
@@ -149,7 +136,7 @@ _GOAL = {
     points=3,
     answers=["flags_for_goal", "predicted_concurrency"],
     predict=True,
-    forbid=_KV_SIZING,
+    forbid=refs("kv_sizing"),
 )
 def _(flags_for_goal, predicted_concurrency):
     """flags_for_goal(goal) -> the three flags; predicted_concurrency(flags, goal) -> what vLLM logs."""
@@ -175,32 +162,8 @@ def _(flags_for_goal, predicted_concurrency):
 
 # --- 05.gauge_value -----------------------------------------------------------------------------
 
-# Every Prometheus text reader within reach: the load generator's, lab 02's KV-metrics reader
-# (one call gives the sum per name), lab 07's Triton reader, the scrapers that parse what they
-# fetch (a file:// URL would do), and prometheus_client's own parsers (installed with vLLM).
-_METRICS = [
-    "lab_utils.clients.metrics:metric_value",
-    "lab_utils.clients.metrics:parse_prometheus",
-    "lab_utils.clients.metrics:_parse_labels",
-    "lab_utils.clients.metrics:_parse_value",
-    "lab_utils.clients.metrics:scrape",
-    "lab_utils.clients.metrics:MetricsSampler",
-    "lab_utils.kv.metrics:parse_prometheus",
-    "lab_utils.kv.metrics:vllm_kv_metrics",
-    "lab_utils.triton.measure:parse_metrics",
-    "lab_utils.triton.measure:metric_value",
-    "lab_utils.triton.measure:MetricsSampler",
-    "prometheus_client.parser:text_string_to_metric_families",
-    "prometheus_client.parser:text_fd_to_metric_families",
-    "prometheus_client.parser:_parse_sample",
-    "prometheus_client.parser:parse_labels",
-    "prometheus_client.openmetrics.parser:text_string_to_metric_families",
-    "prometheus_client.openmetrics.parser:text_fd_to_metric_families",
-    "prometheus_client.openmetrics.parser:_parse_sample",
-]
 
-
-@question("05.gauge_value", points=2, answers=["gauge_value"], forbid=_METRICS)
+@question("05.gauge_value", points=2, answers=["gauge_value"], forbid=refs("prometheus_parsers"))
 def _(gauge_value):
     """One metric's value from Prometheus text, summed over its label sets."""
     text = "\n".join(
@@ -228,7 +191,7 @@ def _(gauge_value):
     "05.p50_p95",
     points=2,
     answers=["p50_p95"],
-    forbid=["lab_utils.clients.metrics:histogram_quantile", "numpy:interp"],
+    forbid=refs("histogram_quantiles"),
 )
 def _(p50_p95):
     """p50_p95(buckets): median and 95th percentile estimated from a Prometheus histogram's
@@ -246,31 +209,6 @@ def _(p50_p95):
 
 
 # --- 05.sweep: the analysis of a concurrency sweep's load records --------------------------------
-
-# The load generator's summary, every percentile helper of the course library (lab 07's load
-# results compute theirs from a list of latencies), and numpy's,
-# the standard library's and torch's: each computes the linearly interpolated 95th percentile the
-# SLO is about in one call (numpy's default method is exactly that interpolation).
-_LOADGEN = [
-    "lab_utils.clients.loadgen:summarize",
-    "lab_utils.clients.loadgen:LoadResult",
-    "lab_utils.mathutils:percentile",
-    "lab_utils.sim.priority:percentile",
-    "lab_utils.bench.load:percentiles",
-    "lab_utils.triton.measure:LoadResult",
-    "lab_utils.triton.measure:OpenLoopResult",
-    "numpy:percentile",
-    "numpy:quantile",
-    "numpy:nanpercentile",
-    "numpy:nanquantile",
-    "numpy:median",
-    "statistics:quantiles",
-    "statistics:median",
-    "torch:quantile",
-    "torch:nanquantile",
-    "torch:Tensor.quantile",
-    "torch:Tensor.nanquantile",
-]
 
 
 def _record(i, start, ttft, tokens, e2e=None, error=None):
@@ -293,7 +231,12 @@ def _record(i, start, ttft, tokens, e2e=None, error=None):
     }
 
 
-@question("05.sweep", points=2, answers=["output_tok_s", "best_concurrency"], forbid=_LOADGEN)
+@question(
+    "05.sweep",
+    points=2,
+    answers=["output_tok_s", "best_concurrency"],
+    forbid=refs("percentiles", "percentile_summaries"),
+)
 def _(output_tok_s, best_concurrency):
     """output_tok_s(records, duration_s) -> tokens/s; best_concurrency(sweep, ttft_p95_slo_s) -> the
     level to run at (or None)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from lab_utils.grading.forbidden import refs
 from lab_utils.grading.registry import question, scenario
 
 # a record's fields: a JSON type, that type or null ("integer?"), or a list of the allowed strings
@@ -45,19 +46,6 @@ def _(rng):
 
 # --- 06.admitted -------------------------------------------------------------------------------
 
-# The router's own pieces: the ratio's floor, the queue walk, the reservations, and the loop that
-# puts them together.
-_ADMISSION = [
-    "lab_utils.tgi.admission:min_batch_size",
-    "lab_utils.tgi:min_batch_size",
-    "lab_utils.tgi.admission:next_batch",
-    "lab_utils.tgi:next_batch",
-    "lab_utils.tgi.admission:reserved_tokens",
-    "lab_utils.tgi:reserved_tokens",
-    "lab_utils.tgi.admission:TGIAdmission",
-    "lab_utils.tgi:TGIAdmission",
-]
-
 
 def _admission_cfg(**over) -> dict:
     cfg = {
@@ -70,7 +58,7 @@ def _admission_cfg(**over) -> dict:
     return {**cfg, **over}
 
 
-@question("06.admitted", points=2, answers=["tgi_admitted"], forbid=_ADMISSION)
+@question("06.admitted", points=2, answers=["tgi_admitted"], forbid=refs("tgi_admission"))
 def _(tgi_admitted):
     """tgi_admitted(batch, waiting, waiting_tokens, cfg): how many queued requests TGI 2.x's router
     prefills before its next decode, given the running batch and the queue ((input_len,
@@ -90,7 +78,7 @@ def _(tgi_admitted):
 # --- 06.next_batch ----------------------------------------------------------------------------
 
 
-@question("06.next_batch", points=3, answers=["tgi_next_batch"], forbid=_ADMISSION)
+@question("06.next_batch", points=3, answers=["tgi_next_batch"], forbid=refs("tgi_admission"))
 def _(tgi_next_batch):
     """How many queued requests (input_len, max_new_tokens) form TGI's next batch under its budgets."""
     q = [(100, 20), (300, 20), (50, 20)]
@@ -107,13 +95,7 @@ def _(tgi_next_batch):
     "06.first_token_steps",
     points=3,
     answers=["first_token_steps"],
-    forbid=[
-        "lab_utils.tgi.measure:tgi_sim",
-        "lab_utils.tgi.admission:TGIAdmission",
-        "lab_utils.tgi:TGIAdmission",
-        "lab_utils.sim.simulator:simulate",
-        "lab_utils.sim:simulate",
-    ],
+    forbid=refs("tgi_simulators"),
 )
 def _(first_token_steps):
     """For n equal prompts arriving at once: the forward pass (1, 2, ...) that gives each its first token."""
@@ -186,23 +168,7 @@ def _schema_ok(schema, fields: dict) -> bool:
     return "properties" in schema  # TGI refuses a json grammar without "properties"
 
 
-# Libraries that write a JSON schema from Python types: pydantic (a model made with create_model,
-# or a class built on BaseModel, with extra="forbid"), the OpenAI SDK's strict-schema helper over
-# it, and msgspec. One call there is the whole answer; the question is about JSON Schema itself.
-_SCHEMA_WRITERS = [
-    "pydantic:create_model",
-    "pydantic:TypeAdapter",
-    "pydantic:BaseModel.model_json_schema",
-    "pydantic.json_schema:model_json_schema",
-    "pydantic.json_schema:models_json_schema",
-    "pydantic.json_schema:GenerateJsonSchema",
-    "openai.lib._pydantic:to_strict_json_schema",
-    "msgspec.json:schema",
-    "msgspec.json:schema_components",
-]
-
-
-@question("06.make_schema", points=2, answers=["make_schema"], forbid=_SCHEMA_WRITERS)
+@question("06.make_schema", points=2, answers=["make_schema"], forbid=refs("json_schema_writers"))
 def _(make_schema):
     """A JSON schema that accepts exactly a record with the given fields (all required, no others)."""
     schema = make_schema({"city": "string", "population": "integer"})
@@ -220,29 +186,13 @@ def _(make_schema):
 
 # --- 06.predicted_wait / 06.wait_measured -----------------------------------------------------
 
-# the prediction's references: the lab's measurement (late_arrival), the other simulator runs the
-# notebook makes (each returns or runs TGI's loop) and what they run on. The notebook imports the
-# measurements it shows after the prediction; inside the grader's sandbox an answer that calls one
-# (the old bypass `late_arrival(...).decodes_sat_out`) meets a stub.
-_SIM_REFS = [
-    "lab_utils.tgi.measure:late_arrival",
-    "lab_utils.tgi.measure:LateArrival",
-    "lab_utils.tgi.measure:compare_tgi_vllm",
-    "lab_utils.tgi.measure:ttft_by_prefill_budget",
-    "lab_utils.tgi.measure:tgi_sim",
-    "lab_utils.tgi.admission:TGIAdmission",
-    "lab_utils.tgi:TGIAdmission",
-    "lab_utils.sim.simulator:simulate",
-    "lab_utils.sim:simulate",
-]
-
 
 @question(
     "06.predicted_wait",
     points=2,
     answers=["predicted_decodes_sat_out"],
     predict=True,
-    forbid=_SIM_REFS,
+    forbid=refs("tgi_wait_models"),
 )
 def _(predicted_decodes_sat_out):
     """predicted_decodes_sat_out(scenario): decode steps a late request sits out before TGI admits it."""
@@ -257,7 +207,7 @@ def _(predicted_decodes_sat_out):
     "06.wait_measured",
     points=2,
     answers=["queue_waits"],
-    forbid=["lab_utils.tgi.measure:LateArrival"],
+    forbid=refs("late_arrival"),
 )
 def _(queue_waits):
     """queue_waits(steps): per queued request (queue order), the decode steps planned while it waited."""
@@ -283,7 +233,7 @@ def _(queue_waits):
     "06.router_measured",
     points=2,
     answers=["mean_decode_batch"],
-    forbid=["lab_utils.tgi.measure:RouterRun"],
+    forbid=refs("router_run"),
 )
 def _(mean_decode_batch):
     """mean_decode_batch(steps): requests in the batch at an average instant of decode time."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from lab_utils.grading.forbidden import refs
 from lab_utils.grading.registry import question, scenario
 
 GiB = 1 << 30
@@ -45,7 +46,7 @@ def _config(text, what: str):
     "07.batching_config",
     points=2,
     answers=["batching_config"],
-    forbid=["lab_utils.triton.recipes:mlp_config"],
+    forbid=refs("triton_mlp_config"),
 )
 def _(batching_config):
     """config.pbtxt for the MLP with the dynamic batcher set to given preferred sizes and delay."""
@@ -79,20 +80,12 @@ def _(served_versions):
 # --- 07.predicted_batch / 07.batching_measured -------------------------------------------------
 
 
-_BATCHER_SIMS = [
-    "lab_utils.sim.simulator:simulate",
-    "lab_utils.sim:simulate",
-    "lab_utils.sim.policies:DynamicBatching",
-    "lab_utils.sim:DynamicBatching",
-]
-
-
 @question(
     "07.predicted_batch",
     points=2,
     answers=["predicted_avg_batch"],
     predict=True,
-    forbid=_BATCHER_SIMS,
+    forbid=refs("dynamic_batching_simulators"),
 )
 def _(predicted_avg_batch):
     """predicted_avg_batch(scenario): the average batch Triton forms for a batcher setting and load."""
@@ -103,14 +96,6 @@ def _(predicted_avg_batch):
     )
     alone = float(predicted_avg_batch({**case, "concurrency": 1}))
     assert abs(alone - 1.0) < 0.5, "one closed-loop client has nobody to batch with"
-
-
-_STATS_REFS = [
-    "lab_utils.triton.measure:batch_counts",
-    "lab_utils.triton.measure:BatchCounts",
-    "lab_utils.triton.measure:settled_counts",
-    "lab_utils.triton.measure:measure_batcher",
-]
 
 
 def _entry(name, version, inferences, executions, sizes):
@@ -125,7 +110,7 @@ def _entry(name, version, inferences, executions, sizes):
     }
 
 
-@question("07.batching_measured", points=2, answers=["average_batch"], forbid=_STATS_REFS)
+@question("07.batching_measured", points=2, answers=["average_batch"], forbid=refs("triton_batch_stats"))
 def _(average_batch):
     """average_batch(before, after, model): inferences per execution of `model` between two /stats answers."""
     before = {"model_stats": [_entry("mlp", "1", 10, 10, {1: 10})]}
@@ -194,7 +179,7 @@ PIPELINE = [
     "07.ensemble_config",
     points=2,
     answers=["ensemble_config"],
-    forbid=["lab_utils.triton.recipes:ensemble_config"],
+    forbid=refs("triton_ensemble_config"),
 )
 def _(ensemble_config):
     """An ensemble config wiring a chain of models: each step fed by the ensemble or an earlier step."""
@@ -222,11 +207,7 @@ def _(extra_tensor_bytes):
     "07.pending_requests",
     points=1,
     answers=["pending_requests"],
-    forbid=[
-        "lab_utils.triton.measure:metric_value",
-        "lab_utils.triton.measure:parse_metrics",
-        "lab_utils.clients.metrics:parse_prometheus",
-    ],
+    forbid=refs("prometheus_parsers"),
 )
 def _(pending_requests):
     """Read nv_inference_pending_request_count for one model (all its versions) from /metrics text."""
@@ -240,12 +221,6 @@ def _(pending_requests):
 
 # --- 07.trtllm_kv_tokens -----------------------------------------------------------------------
 
-_KV_PLANNERS = [
-    "lab_utils.trtllm.plan:concurrent_sequences",
-    "lab_utils.trtllm.plan:plan_memory",
-    "lab_utils.memory.kv:kv_cache_num_blocks",
-]
-
 _YAML_PLAIN = """model: meta-llama/Llama-3.1-8B-Instruct
 backend: pytorch
 triton_config:
@@ -254,7 +229,7 @@ triton_config:
 """
 
 
-@question("07.trtllm_kv_tokens", points=2, answers=["trtllm_kv_tokens"], forbid=_KV_PLANNERS)
+@question("07.trtllm_kv_tokens", points=2, answers=["trtllm_kv_tokens"], forbid=refs("trtllm_kv_planning"))
 def _(trtllm_kv_tokens):
     """KV-cache tokens per GPU of the llmapi model a tensorrt_llm/1/model.yaml describes."""
     kv = 2 * 32 * 8 * 128 * 2

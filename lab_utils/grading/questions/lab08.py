@@ -11,6 +11,7 @@ function on cases and scenarios drawn from the grader's key.
 from __future__ import annotations
 
 from lab_utils.grading.checks import close, model_dict
+from lab_utils.grading.forbidden import refs
 from lab_utils.grading.registry import question, scenario
 
 PROJS = (
@@ -97,13 +98,7 @@ def _check_group(fn, w, bits, g) -> str | None:
     "08.group_quantize",
     points=3,
     answers=["group_quantize"],
-    forbid=[
-        "lab_utils.trtllm.quant:group_quantize",
-        "lab_utils.trtllm.quant:quantize",
-        "lab_utils.trtllm.quant:fake_quantize",
-        "lab_utils.trtllm.quant:quantize_per_channel",
-        "lab_utils.trtllm.quant:awq_quantize",
-    ],
+    forbid=refs("quantizers"),
 )
 def _(group_quantize):
     """Symmetric group-wise quantization: (codes, one scale per group of each row)."""
@@ -122,18 +117,7 @@ def _(group_quantize):
 # --- 08.matrix_bytes ---------------------------------------------------------------------------
 
 
-# every course function that counts a matrix's stored bytes: NVFP4's, the quantizer's (its nbytes is
-# the int4 answer for a matrix of zeros), the whole-model planners that sum them
-_MATRIX_BYTES = [
-    "lab_utils.trtllm.plan:nvfp4_matrix_bytes",
-    "lab_utils.trtllm.plan:weight_bytes_in",
-    "lab_utils.trtllm.quant:QuantizedWeight.nbytes",
-    "lab_utils.trtllm.quant:fake_quantize",
-    "lab_utils.memory.weights:_four_bit_matrix_bytes",
-]
-
-
-@question("08.matrix_bytes", points=2, answers=["matrix_bytes"], forbid=_MATRIX_BYTES)
+@question("08.matrix_bytes", points=2, answers=["matrix_bytes"], forbid=refs("quantized_bytes"))
 def _(matrix_bytes):
     """Stored bytes of one (in x out) weight matrix in fp16, fp8, int4 (group scales) and nvfp4."""
     fp16, fp8 = int(matrix_bytes(64, 4, "fp16")), int(matrix_bytes(64, 4, "fp8"))
@@ -155,7 +139,7 @@ def _(matrix_bytes):
     "08.max_sequences",
     points=3,
     answers=["max_sequences", "scenario_sequences"],
-    forbid=["lab_utils.trtllm.plan:concurrent_sequences", "lab_utils.memory.kv:kv_cache_num_blocks"],
+    forbid=refs("trtllm_kv_planning"),
 )
 def _(max_sequences, scenario_sequences):
     """Sequences whose KV cache fits under free_gpu_memory_fraction; and scenario_sequences(scenario),
@@ -180,7 +164,7 @@ def _(max_sequences, scenario_sequences):
     "08.fraction_needed",
     points=2,
     answers=["fraction_needed"],
-    forbid=["lab_utils.trtllm.plan:concurrent_sequences"],
+    forbid=refs("trtllm_kv_planning"),
 )
 def _(fraction_needed):
     """Smallest free_gpu_memory_fraction (in steps of 0.01) that fits n sequences, or None."""
@@ -235,7 +219,7 @@ def _(legacy_to_llm_api):
     "08.predicted_rms",
     points=3,
     answers=["predict_rms_error"],
-    forbid=["lab_utils.trtllm.quant:predict_rms_error"],
+    forbid=refs("quant_error"),
     predict=True,
 )
 def _(predict_rms_error):

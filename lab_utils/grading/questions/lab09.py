@@ -10,31 +10,8 @@ the hidden checks (grader/hidden/lab09.py) call them on load records they make u
 from __future__ import annotations
 
 from lab_utils.grading.checks import close
+from lab_utils.grading.forbidden import refs
 from lab_utils.grading.registry import limits, question, scenario
-
-# every percentile the lab asks for is the learner's own: the course's helpers and numpy's are out
-_PERCENTILE_HELPERS = [
-    "lab_utils.clients.loadgen:percentile",
-    "lab_utils.bench.load:percentiles",
-    "lab_utils.sim.metrics:percentile",
-    "lab_utils.mathutils:percentile",
-    # course code that computes percentiles on the way: a summary, a sweep's row, its tails
-    "lab_utils.clients.loadgen:summarize",
-    "lab_utils.bench.load:level_row",
-    "lab_utils.bench.load:level_tails",
-    "lab_utils.sim.metrics:summarize",
-    "numpy:percentile",  # also numpy.lib's own copy: the sandbox replaces every numpy module's
-    "numpy:quantile",
-    "numpy:nanpercentile",
-    "numpy:nanquantile",
-    "statistics:quantiles",
-    "numpy:interp",  # sorted ranks and one np.interp at the fractional rank is the interpolation
-    # torch is in the course environment (vLLM's): its quantile interpolates linearly too
-    "torch:quantile",
-    "torch:nanquantile",
-    "torch:Tensor.quantile",
-    "torch:Tensor.nanquantile",
-]
 
 _GPUS = ["L4", "L40S", "A100-80GB", "H100-80GB"]
 
@@ -77,7 +54,7 @@ def _(rng):
     "09.percentiles",
     points=2,
     answers=["percentiles"],
-    forbid=_PERCENTILE_HELPERS,
+    forbid=refs("percentiles", "percentile_summaries"),
 )
 def _(percentiles):
     """Percentiles 0-100 of a sample, linear interpolation between sorted ranks."""
@@ -95,14 +72,7 @@ def _(percentiles):
     "09.goodput",
     points=2,
     answers=["goodput"],
-    forbid=[
-        "lab_utils.bench.load:goodput_rps",
-        "lab_utils.sim.metrics:goodput",
-        # one request's verdict is the question: the SLO objects' own tests, and the drills' count
-        "lab_utils.bench.load:SLO.met",
-        "lab_utils.sim.metrics:SLO.met_by",
-        "lab_utils.drills.calc:goodput",
-    ],
+    forbid=refs("goodput"),
 )
 def _(goodput):
     """Requests per second meeting both the TTFT and the TPOT target."""
@@ -128,10 +98,7 @@ def _(goodput):
     points=3,
     answers=["knee_rate"],
     predict=True,
-    forbid=[
-        "lab_utils.bench.load:knee_rate_model",
-        "lab_utils.bench.autoscale:ReplicaModel.step",
-    ],
+    forbid=refs("knee"),
 )
 def _(knee_rate):
     """knee_rate(fixed_s, per_token_s, input_tokens, output_tokens, max_seqs): requests/s a replica
@@ -151,7 +118,7 @@ def _(knee_rate):
     "09.coordinated_omission",
     points=2,
     answers=["hidden_latency"],
-    forbid=["lab_utils.bench.load:latency_from_intended", *_PERCENTILE_HELPERS],
+    forbid=refs("coordinated_omission", "percentiles", "percentile_summaries"),
 )
 def _(hidden_latency):
     """hidden_latency(records, q): how much of the q-th percentile latency a generator that times
@@ -170,7 +137,7 @@ def _(hidden_latency):
 # --- 09.littles_law (an analysis of raw load records) ---------------------------------------------
 
 
-@question("09.littles_law", points=2, answers=["little_L"], forbid=["lab_utils.bench.load:littles_law"])
+@question("09.littles_law", points=2, answers=["little_L"], forbid=refs("littles_law"))
 def _(little_L):
     """little_L(records, t0, t1): the mean number of requests inside the system over [t0, t1],
     from each request's start and finish (None: still inside when the records end)."""
@@ -193,14 +160,7 @@ def _run(policy, trace, model):
     "09.scaling_policy",
     points=4,
     answers=["my_policy"],
-    forbid=[
-        # the judge's bound-setting policy is not in lab_utils; the lab's policies are references
-        # too: queue_policy met the bounds on some traces
-        "lab_utils.bench.autoscale:queue_policy",
-        "lab_utils.bench.autoscale:utilisation_policy",
-        "lab_utils.bench.autoscale:seed_policy",
-        "lab_utils.bench.autoscale:fixed_policy",
-    ],
+    forbid=refs("scaling_policies"),
 )
 def _(my_policy):
     """A scaling policy: observation dict -> desired replicas; meets the SLO on a public one-hour trace."""
@@ -239,11 +199,7 @@ def _(my_policy):
     "09.cost_per_mtok",
     points=2,
     answers=["cost_per_mtok"],
-    forbid=[
-        "lab_utils.bench.autoscale:AutoscaleRun.cost_per_million_tokens",
-        "lab_utils.bench.autoscale:AutoscaleRun.cost_usd",
-        "lab_utils.drills.calc:cost_per_million_tokens",
-    ],
+    forbid=refs("cost_per_token"),
 )
 def _(cost_per_mtok):
     """Dollars per million output tokens from the replicas paid each interval, the price and the tokens."""

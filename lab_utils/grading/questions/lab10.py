@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import random
 
-from lab_utils.grading.questions.lab09 import _PERCENTILE_HELPERS
+from lab_utils.grading.forbidden import refs
 from lab_utils.grading.registry import limits, question, scenario
 
 POLICIES = ("round_robin", "consistent_hash", "cache_aware")
@@ -96,12 +96,7 @@ def _(predict_hit_fraction, predicted_gain):
     "10.routing_measured",
     points=2,
     answers=["routing_report", "best_policy"],
-    forbid=[
-        "lab_utils.routing:RoutingRun",
-        # the p95 is the learner's: lab 09's list (the course's percentile helpers and summaries,
-        # numpy's and torch's quantiles, statistics.quantiles); np.percentile alone answered it
-        *_PERCENTILE_HELPERS,
-    ],
+    forbid=refs("routing_run", "percentiles", "percentile_summaries"),
 )
 def _(routing_report, best_policy):
     """routing_report(before, after, ttfts) -> {"hit_rate", "replica_share", "ttft_p95"};
@@ -132,13 +127,7 @@ def _(routing_report, best_policy):
     "10.valid_tp",
     points=2,
     answers=["valid_tp_degrees"],
-    forbid=[
-        "lab_utils.deploy.parallel:parallel_problems",
-        "lab_utils.drills.calc:valid_tp_degrees",
-        "lab_utils.memory:kv_heads_per_gpu",
-        # lab 01's recommender tests a degree the same way
-        "lab_utils.memory.recommend:_tp_allowed",
-    ],
+    forbid=refs("tensor_parallel"),
 )
 def _(valid_tp_degrees):
     """Tensor-parallel degrees vLLM accepts for a model, within one NVLink domain."""
@@ -157,11 +146,7 @@ def _(valid_tp_degrees):
     "10.planner",
     points=3,
     answers=["plan_parallelism"],
-    forbid=[
-        "lab_utils.deploy.parallel:parallel_problems",
-        "lab_utils.drills.calc:valid_tp_degrees",
-        "lab_utils.memory.recommend:_tp_allowed",
-    ],
+    forbid=refs("tensor_parallel"),
 )
 def _(plan_parallelism):
     """(TP, PP, replicas) for a model, a GPU and an SLO: the fewest GPUs that hold the load."""

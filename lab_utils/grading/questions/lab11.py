@@ -13,36 +13,16 @@ from __future__ import annotations
 import math
 import random
 
-from lab_utils.drills import TOPICS, make_drills
+from lab_utils.drills import make_drills
 from lab_utils.grading.checks import close
+from lab_utils.grading.forbidden import refs
 from lab_utils.grading.registry import question, scenario
 
 CALC = "lab_utils.drills.calc"
 
 # Every helper within reach of a notebook that returns a median or a percentile in one call: the
 # course's own (and the wrappers that call them), the standard library's, numpy's and torch's.
-MEDIANS = [
-    "lab_utils.mathutils:percentile",
-    "lab_utils.sim.priority:percentile",
-    "lab_utils.bench.load:percentiles",
-    "lab_utils.triton.measure:LoadResult",
-    "statistics:median",
-    "statistics:quantiles",
-    "numpy:median",
-    "numpy:percentile",
-    "numpy:quantile",
-    "numpy:nanmedian",
-    "numpy:nanpercentile",
-    "numpy:nanquantile",
-    "torch:median",
-    "torch:quantile",
-    "torch:nanmedian",
-    "torch:nanquantile",
-    "torch:Tensor.median",
-    "torch:Tensor.quantile",
-    "torch:Tensor.nanmedian",
-    "torch:Tensor.nanquantile",
-]
+MEDIANS = refs("percentiles", "percentile_summaries")
 
 
 @scenario("11")
@@ -78,13 +58,7 @@ def _(rng: random.Random) -> dict:
     "11.gpus_needed",
     points=3,
     answers=["gpus_needed"],
-    forbid=[
-        f"{CALC}:gpus_needed",
-        f"{CALC}:valid_tp_degrees",
-        f"{CALC}:kv_share_per_gpu",
-        "lab_utils.deploy.parallel:parallel_problems",
-        "lab_utils.memory:kv_heads_per_gpu",
-    ],
+    forbid=refs("tensor_parallel"),
 )
 def _(gpus_needed):
     """Smallest TP degree that fits weights and KV per GPU and that vLLM accepts, within the node."""
@@ -109,7 +83,7 @@ def _(gpus_needed):
     "11.critical_batch",
     points=2,
     answers=["critical_batch"],
-    forbid=[f"{CALC}:critical_batch", f"{CALC}:ridge_point", f"{CALC}:decode_arithmetic_intensity"],
+    forbid=refs("roofline"),
 )
 def _(critical_batch):
     """Decode batch at which a step's FLOPs per byte read (weights and every sequence's KV cache)
@@ -130,7 +104,7 @@ def _(critical_batch):
 # --- 3. Continuous vs static batching --------------------------------------------------------------
 
 
-@question("11.batching_gain", points=2, answers=["batching_gain"], forbid=[f"{CALC}:batching_gain"])
+@question("11.batching_gain", points=2, answers=["batching_gain"], forbid=refs("batching_models"))
 def _(batching_gain):
     """Steady-state throughput of continuous over static batching for output lengths taken in order."""
     assert close(batching_gain([100] * 8, 8), 1.0), (
@@ -150,7 +124,7 @@ def _(batching_gain):
     "11.speculative",
     points=2,
     answers=["spec_expected_tokens", "spec_speedup"],
-    forbid=[f"{CALC}:spec_expected_tokens", f"{CALC}:spec_speedup"],
+    forbid=refs("speculative"),
 )
 def _(spec_expected_tokens, spec_speedup):
     """Expected tokens per target pass for per-position acceptance rates, and the speed-up once the
@@ -175,7 +149,7 @@ def _(spec_expected_tokens, spec_speedup):
     "11.cost_per_million",
     points=1,
     answers=["cost_per_million_tokens"],
-    forbid=[f"{CALC}:cost_per_million_tokens"],
+    forbid=refs("cost_per_token"),
 )
 def _(cost_per_million_tokens):
     """Dollars per million output tokens from an hourly GPU price and a sustained throughput."""
@@ -188,44 +162,10 @@ def _(cost_per_million_tokens):
 
 # --- 6. Any drill, answered by code ----------------------------------------------------------------
 
-_ALL_CALC = [
-    f"{CALC}:{name}"
-    for name in (
-        "gpus_needed",
-        "valid_tp_degrees",
-        "kv_share_per_gpu",
-        "critical_batch",
-        "ridge_point",
-        "batching_gain",
-        "spec_expected_tokens",
-        "spec_speedup",
-        "cost_per_million_tokens",
-        "prefill_ttft_s",
-        "littles_law_concurrency",
-        "max_rate",
-        "goodput",
-        "batch1_decode_tokens_per_s",
-        "prefill_saved_fraction",
-        "cached_prefix_tokens",
-        "replicas_needed",
-    )
-]
 
-
-# what else in the course library answers a drill: the model-shape helpers, and the drill
-# generators themselves (a drill replayed from its inputs carries its answer)
-_DRILL_LIB = [
-    "lab_utils.memory:kv_cache_bytes_per_token",
-    "lab_utils.memory:weight_bytes",
-    "lab_utils.memory:activation_bytes",
-    "lab_utils.memory:kv_heads_per_gpu",
-    "lab_utils.deploy.parallel:parallel_problems",
-    "lab_utils.drills:make_drills",
-    *(f"lab_utils.drills.topics:{name}" for name in TOPICS),
-]
-
-
-@question("11.drill_answers", points=4, answers=["answer_drill"], forbid=_ALL_CALC + _DRILL_LIB)
+@question(
+    "11.drill_answers", points=4, answers=["answer_drill"], forbid=refs("drill_calculators", "drill_library")
+)
 def _(answer_drill):
     """answer_drill(kind, inputs) answers any drill of any seed (the scenario's set and unseen ones)."""
     d = make_drills(0, topics=["cost"], n=1)[0]
@@ -242,14 +182,7 @@ def _(answer_drill):
     points=2,
     answers=["predicted_gain"],
     predict=True,
-    forbid=[
-        f"{CALC}:batching_gain",
-        "lab_utils.drills.measure:measure_batching_gain",
-        # lab 03's simulator at one unit per step and nothing per token is this very model
-        "lab_utils.sim:simulate",
-        "lab_utils.sim:StaticBatching",
-        "lab_utils.sim:ContinuousBatching",
-    ],
+    forbid=refs("batching_models"),
 )
 def _(predicted_gain):
     """predicted_gain(batching): continuous over static for a workload that all arrives at once,
@@ -265,10 +198,11 @@ def _(predicted_gain):
     "11.measured_batching",
     points=2,
     answers=["batching_summary"],
-    forbid=["lab_utils.drills.measure:BatchingMeasurement", *MEDIANS],
+    forbid=refs("batching_measurement", "percentiles"),
 )
 def _(batching_summary):
-    """batching_summary(output_lens, static_finish_s, continuous_finish_s) -> {"gain", "p50_ratio"}."""
+    """batching_summary(output_lens, static_finish_s, continuous_finish_s) -> {"gain", "p50_ratio"};
+    the median is yours to write (the text says so: no statistics.median, numpy or torch median)."""
     got = batching_summary([10, 10], [1.0, 2.0], [1.0, 2.0])
     got = {str(k): float(v) for k, v in dict(got).items()}
     assert set(got) == {"gain", "p50_ratio"}, "return {'gain': ..., 'p50_ratio': ...}"
@@ -282,7 +216,7 @@ def _(batching_summary):
 # --- 8. A design number from the scenario ----------------------------------------------------------
 
 
-@question("11.chat_replicas", points=1, answers=["chat_replicas"], forbid=[f"{CALC}:replicas_needed"])
+@question("11.chat_replicas", points=1, answers=["chat_replicas"], forbid=refs("replicas"))
 def _(chat_replicas):
     """chat_replicas(chat): replicas for a chat load, prefill included, at the stated headroom."""
     base = {

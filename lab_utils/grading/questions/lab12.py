@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from lab_utils.grading.checks import close
-from lab_utils.grading.questions.lab11 import MEDIANS  # the same one-call medians and percentiles
+from lab_utils.grading.forbidden import refs
 from lab_utils.grading.registry import limits, question, scenario
 
 # graded as submitted (LIGHT = False): the kernel, one vLLM server, the gateway and Prometheus
@@ -53,13 +53,7 @@ _SPEC = {
     "12.adapter_bytes",
     points=2,
     answers=["adapter_bytes"],
-    forbid=[
-        "lab_utils.memory.lora:lora_adapter_bytes",
-        "lab_utils.memory.lora:lora_params_per_rank_per_layer",
-        # the projections' shapes are the question: the library's tables of them are forbidden too
-        "lab_utils.memory.lora:_shapes",
-        "lab_utils.memory.spec:ModelSpec.linear_shapes",
-    ],
+    forbid=refs("lora_sizing"),
 )
 def _(adapter_bytes):
     """Bytes of one LoRA adapter: adapter_bytes(spec, rank, target_modules, bytes_per_param)."""
@@ -75,7 +69,7 @@ def _(adapter_bytes):
     "12.adapter_slots",
     points=2,
     answers=["adapter_slots"],
-    forbid=["lab_utils.memory.lora:adapters_that_fit", "lab_utils.memory.lora:lora_adapter_bytes"],
+    forbid=refs("lora_sizing"),
 )
 def _(adapter_slots):
     """Adapter slots that fit beside the KV cache for tenants' adapters of the given ranks, with the
@@ -95,7 +89,7 @@ def _(adapter_slots):
     "12.token_bucket",
     points=3,
     answers=["admitted"],
-    forbid=["lab_utils.gateway:TokenBucket", "lab_utils.gateway:Admission"],
+    forbid=refs("gateway"),
 )
 def _(admitted):
     """admitted(arrivals, rate_per_s, burst): one bool per arrival, the bucket starting full."""
@@ -120,7 +114,7 @@ def _(counter_rate):
     "12.p90_by_class",
     points=2,
     answers=["p90_by_class"],
-    forbid=MEDIANS,
+    forbid=refs("percentiles", "percentile_summaries"),
 )
 def _(p90_by_class):
     """p90_by_class(records): {priority: p90 of ttft}, linear interpolation between sorted ranks."""
@@ -136,12 +130,7 @@ def _(p90_by_class):
     "12.goodput_by_tenant",
     points=2,
     answers=["goodput_by_tenant"],
-    forbid=[
-        "lab_utils.bench.load:goodput_rps",
-        "lab_utils.bench.load:SLO",
-        "lab_utils.sim.metrics:goodput",
-        "lab_utils.drills.calc:goodput",
-    ],
+    forbid=refs("goodput", "slo"),
 )
 def _(goodput_by_tenant):
     """goodput_by_tenant(records, ttft_slo_s, duration_s): {tenant: requests/s that met the SLO}."""
@@ -160,13 +149,7 @@ def _(goodput_by_tenant):
     points=4,
     answers=["predict_high_p90"],
     predict=True,
-    forbid=[
-        "lab_utils.sim.priority:simulate_priority",
-        # lab 03's simulator runs the fcfs half of this model exactly
-        "lab_utils.sim:simulate",
-        "lab_utils.sim:ContinuousBatching",
-        "lab_utils.sim.scheduler:reference_schedule",
-    ],
+    forbid=refs("priority_simulators"),
 )
 def _(predict_high_p90):
     """predict_high_p90(overload, policy): the urgent class's p90 TTFT in the lab's step model."""
@@ -191,11 +174,7 @@ def _(predict_high_p90):
     "12.tpot_by_model",
     points=2,
     answers=["tpot_by_model"],
-    forbid=[
-        "lab_utils.clients.loadgen:RequestRecord",
-        "lab_utils.clients.loadgen:summarize",
-        *MEDIANS,
-    ],
+    forbid=refs("request_records", "percentiles", "percentile_summaries"),
 )
 def _(tpot_by_model):
     """tpot_by_model(records): {model: median TPOT of its answered requests of two tokens or more}."""

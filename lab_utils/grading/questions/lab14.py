@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from lab_utils.grading.checks import close
+from lab_utils.grading.forbidden import refs
 from lab_utils.grading.questions.lab11 import MEDIANS  # the same one-call medians and percentiles
 from lab_utils.grading.registry import limits, question, scenario
 
@@ -47,12 +48,7 @@ _TIER = {
     "tier_gb_s": 2.0,
     "load_overhead_s": 0.01,
 }
-_KV_REFS = [
-    "lab_utils.memory.kv:kv_cache_bytes_per_token",
-    "lab_utils.memory:kv_cache_bytes_per_token",
-    "lab_utils.memory.kv:kv_cache_block_bytes",
-    "lab_utils.engine.llama:LlamaConfig.kv_bytes_per_token",
-]
+_KV_REFS = refs("kv_block_bytes")  # lab_utils.memory's re-export is the same object: absent too
 
 
 @question("14.kv_bytes_stored", points=2, answers=["kv_bytes_stored"], forbid=_KV_REFS)
@@ -73,7 +69,7 @@ def _(kv_bytes_stored):
     points=4,
     answers=["predict_ttft"],
     predict=True,
-    forbid=["lab_utils.deploy.disagg:transfer_seconds"],
+    forbid=refs("kv_transfer"),
 )
 def _(predict_ttft):
     """predict_ttft(prompt_len, tier, path): TTFT (s) recomputing the prompt ("recompute") or loading
@@ -88,9 +84,7 @@ def _(predict_ttft):
     )
 
 
-@question(
-    "14.crossover", points=2, answers=["crossover_len"], forbid=["lab_utils.deploy.disagg:transfer_seconds"]
-)
+@question("14.crossover", points=2, answers=["crossover_len"], forbid=refs("kv_transfer"))
 def _(crossover_len):
     """crossover_len(tier, max_len): the shortest prompt (1..max_len tokens) whose KV loads faster
     than it computes, or None."""
@@ -106,23 +100,7 @@ def _(crossover_len):
     "14.cache_sources",
     points=3,
     answers=["cache_sources"],
-    forbid=[
-        "lab_utils.kvtier.metrics:counters",
-        "lab_utils.routing:prefix_cache_counters",
-        # every Prometheus text parser within reach: the course's and prometheus_client's
-        "lab_utils.kv.metrics:parse_prometheus",
-        "lab_utils.kv.metrics:vllm_kv_metrics",
-        "lab_utils.clients.metrics:parse_prometheus",
-        "lab_utils.clients.metrics:metric_value",
-        "lab_utils.clients.metrics:scrape",
-        "lab_utils.clients.metrics:MetricsSampler",
-        "lab_utils.triton.measure:parse_metrics",
-        "lab_utils.triton.measure:metric_value",
-        "prometheus_client.parser:text_string_to_metric_families",
-        "prometheus_client.parser:text_fd_to_metric_families",
-        "prometheus_client.openmetrics.parser:text_string_to_metric_families",
-        "prometheus_client.openmetrics.parser:text_fd_to_metric_families",
-    ],
+    forbid=refs("kv_tier_counters"),  # and every Prometheus text parser within reach
 )
 def _(cache_sources):
     """cache_sources(before, after): from two /metrics pages, the shares of prompt tokens served by
