@@ -156,9 +156,52 @@ def _hidden_codes(qid: str) -> list[types.CodeType]:
 HIDDEN_LABEL = "hidden"  # what the runner says of a copy of a hidden reference: never its name
 
 
+_SOLUTION_PRINTS: dict[str, set[str]] = {}
+
+
+def solution_prints(lab: str) -> set[str]:
+    """Fingerprints of every function the published solution of `lab` defines (compiled, not run).
+    The solution is public: code equal to it is the copy check's business (grader.originality), so
+    a reference (a hidden check's helper, say) that happens to be written the same way is not one
+    the runner refuses."""
+    if lab in _SOLUTION_PRINTS:
+        return _SOLUTION_PRINTS[lab]
+    import ast
+
+    import nbformat
+
+    found: set[str] = set()
+    for path in sorted((REPO / "solutions").glob(f"{lab}_*.ipynb")):
+        for cell in nbformat.read(str(path), as_version=4).cells:
+            if cell.cell_type != "code":
+                continue
+            src = "\n".join(
+                line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!"))
+            )
+            try:
+                tree = ast.parse(src)
+            except SyntaxError:
+                continue
+            defs = [
+                n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            ]
+            try:
+                todo = [compile(ast.Module(defs, []), "<solution>", "exec")]
+            except (SyntaxError, ValueError):
+                continue
+            while todo:
+                code = todo.pop()
+                fp = fingerprint(code)
+                if fp:
+                    found.add(fp)
+                todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    _SOLUTION_PRINTS[lab] = found
+    return found
+
+
 def fingerprints(q) -> dict[str, str]:
     """{fingerprint: spec} of the question's references, and {fingerprint: "hidden"} of the grader's
-    own references for it."""
+    own references for it; none that the published solution's own code has."""
     prints: dict[str, str] = {}
     for spec in q.forbid:
         try:
@@ -173,4 +216,5 @@ def fingerprints(q) -> dict[str, str]:
         fp = fingerprint(code)
         if fp:
             prints.setdefault(fp, HIDDEN_LABEL)
-    return prints
+    public = solution_prints(q.lab)
+    return {fp: spec for fp, spec in prints.items() if fp not in public}

@@ -70,3 +70,39 @@ def test_a_pasted_reference_is_zeroed_and_a_renamed_one_flagged():
     assert not flagged.zeroed and len(flagged.flags) == 1 and "similarity 1.00" in flagged.flags[0]
     honest = pasted_references(notebook(own), qs)
     assert not honest.zeroed and not honest.flags
+
+
+def _solution(lab: str):
+    import nbformat
+
+    path = next(iter(sorted((REPO / "solutions").glob(f"{lab}_*.ipynb"))))
+    return nbformat.read(str(path), as_version=4)
+
+
+LABS = sorted(p.name[:2] for p in (REPO / "solutions").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_honest_answers_are_neither_zeroed_nor_flagged(lab):
+    """The calibration (grader.originality.FLAG_SIMILARITY): the published solution, written from the
+    text, compared with its own questions' references, raises no flag; no flag names anything of
+    the grader's hidden side."""
+    report = pasted_references(_solution(lab), questions_for(lab))
+    assert not report.zeroed and not report.flags, (report.zeroed, report.flags)
+
+
+def test_the_paste_check_follows_the_helpers_an_answer_calls():
+    from lab_utils.kv.workload import never_used_fraction
+
+    helper = inspect.getsource(never_used_fraction)
+    source = helper + "\n\ndef contiguous_waste(reqs):\n    return never_used_fraction(reqs)\n"
+    qs = [q for q in questions_for("02") if q.id == "02.contiguous_waste"]
+    report = pasted_references(notebook(source), qs)
+    assert "used by `contiguous_waste`" in report.zeroed["02.contiguous_waste"]
+    renamed = helper.replace("never_used_fraction", "mine").replace("reserved", "booked")
+    flagged = pasted_references(notebook(renamed + "\n\ndef contiguous_waste(r):\n    return mine(r)\n"), qs)
+    assert (
+        not flagged.zeroed
+        and len(flagged.flags) == 1
+        and "`mine` (used by `contiguous_waste`)" in flagged.flags[0]
+    )

@@ -205,15 +205,22 @@ family(
 family(
     "engine_kv_sizing", "the KV-cache sizing", "lab_utils.engine.model_runner:ModelRunner.kv_bytes_per_block"
 )
-family("tp_rules", "the parallelism rules", f"{CALC}:gpus_needed", f"{CALC}:valid_tp_degrees")
+family("tp_degrees", "the parallelism rules", f"{CALC}:valid_tp_degrees")
+family(
+    "tp_checks",
+    "the parallelism rules",
+    "lab_utils.deploy.parallel:parallel_problems",
+    "lab_utils.memory.recommend:_tp_allowed",
+)
+family("kv_heads", "the KV heads per GPU", "lab_utils.memory:kv_heads_per_gpu")
+family("tp_rules", "the parallelism rules", f"{CALC}:gpus_needed", "+tp_degrees")
 family(
     "tensor_parallel",
     "the parallelism rules",
     "+tp_rules",
     f"{CALC}:kv_share_per_gpu",
-    "lab_utils.deploy.parallel:parallel_problems",
-    "lab_utils.memory:kv_heads_per_gpu",
-    "lab_utils.memory.recommend:_tp_allowed",
+    "+tp_checks",
+    "+kv_heads",
 )
 family(
     "speculative",
