@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .sandbox import Status
+from .untrusted import csv_cell, plain, read_bytes
 
 
 @dataclass
@@ -95,11 +96,11 @@ def write_gradebook(out: Path, outcomes: list[Outcome]) -> Path:
     for o in sorted(outcomes, key=lambda o: (o.student, o.lab)):
         w.writerow(
             [
-                o.student,
-                o.lab,
+                csv_cell(o.student),  # plain text, never a spreadsheet formula
+                csv_cell(o.lab),
                 *[f"{o.scores[q]:g}" if q in o.scores else "" for q in qids],
                 f"{o.total:g}",
-                o.status,
+                csv_cell(o.status),
             ]
         )
     path = out / "gradebook.csv"
@@ -126,8 +127,8 @@ def load_result(cache: Path, job: Job, key: str, secret: bytes) -> Outcome | Non
     if not key:
         return None
     try:
-        data = json.loads(result_path(cache, job.student, job.lab).read_text())
-    except (OSError, ValueError):
+        data = json.loads(read_bytes(result_path(cache, job.student, job.lab), 2**20))
+    except (OSError, ValueError, RecursionError):
         return None  # never graded, or a file from an older grader: grade again
     if not isinstance(data, dict) or data.get("key") != key or data.get("student") != job.student:
         return None
@@ -179,7 +180,7 @@ def question_summary(outcomes: list[Outcome]) -> list[dict]:
 def summary_text(outcomes: list[Outcome]) -> str:
     rows = question_summary(outcomes)
     flagged = [
-        f"{o.student}/{o.lab}: {f}"
+        plain(f"{o.student}/{o.lab}: {f}", 500)
         for o in sorted(outcomes, key=lambda o: (o.student, o.lab))
         for f in o.flags
     ]

@@ -39,6 +39,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
+import hmac
 import json
 import os
 import re
@@ -52,6 +53,7 @@ from pathlib import Path
 from lab_utils.grading.registry import lab_limits, lab_scenario
 from lab_utils.grading.scoring import REFERENCE
 
+from .fingerprint import file_digest, folder_digest, installed_packages, tree_digest
 from .gradebook import (
     Job,
     Outcome,
@@ -67,7 +69,31 @@ from .judge import Context, judge_lab
 from .originality import is_copy, pasted_references
 from .registry import all_questions, questions_for
 from .runner import MAX_FOLDER_BYTES  # the whole folder (also the cap on what a Ray task ships)
-from .sandbox import INSIDE_IN, INSIDE_OUT, INSIDE_WORK, Sandbox, Status, run_limited, sandbox_problem
+from .sandbox import (
+    INSIDE_IN,
+    INSIDE_OUT,
+    INSIDE_WORK,
+    STOP,
+    Sandbox,
+    Status,
+    Stopped,
+    _needed,
+    lease_uid,
+    privileged,
+    release_uid,
+    run_limited,
+    sandbox_problem,
+    share_course_files,
+)
+from .untrusted import (
+    MAX_NOTEBOOK_BYTES,
+    MAX_STATUS_BYTES,
+    Refused,
+    copy_tree,
+    markdown_text,
+    plain,
+    read_bytes,
+)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -109,11 +135,12 @@ def _student_key(name: str) -> str:
 
 
 def _readable(path: Path) -> str:
-    """ "" if the file can be read, else why not."""
+    """ "" if the file is a regular file that can be read, else why not (a FIFO is never opened)."""
     try:
-        with open(path, "rb") as f:
-            f.read(1)
+        read_bytes(path, MAX_FILE_BYTES)
         return ""
+    except Refused as exc:
+        return str(exc)
     except OSError as exc:
         return f"cannot read {path.name}: {exc.strerror or type(exc).__name__}"
 
@@ -293,10 +320,48 @@ def signing_key(progress=print) -> bytes:
     return _private_file("signing.key", lambda: secrets.token_hex(32), progress).encode()
 
 
-def job_seed(seed: int, student: str, lab: str) -> int:
-    """The scenario seed one student's notebook of one lab runs with (never 0, the public seed)."""
-    digest = hashlib.sha256(f"{int(seed)}/{student}/{lab}".encode()).digest()
-    return int.from_bytes(digest[:4], "big") % (2**31 - 1) + 1
+def grading_key(progress=print) -> bytes:
+    """The full-strength secret (32 random bytes, instructor folder, created on first use) that
+    every notebook's SEED and every hidden case derive from; the grading seed only picks a variant,
+    so a notebook that sees its SEED learns nothing it can search the seed space with."""
+    import secrets
+
+    text = _private_file("grading.key", lambda: secrets.token_hex(32), progress)
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) < 16:
+        path = instructor_dir() / "grading.key"
+        raise ValueError(f"{path} should hold 32 random bytes in hex (the grading key); fix or delete it")
+    return key
+
+
+SHORT_SEED_BITS = 64
+
+
+def seed_warning(seed: int) -> str:
+    """A note for an explicit --seed that an exhaustive search could cover (shorter than 64 bits)."""
+    if abs(int(seed)).bit_length() >= SHORT_SEED_BITS:
+        return ""
+    return (
+        f"warning: --seed {seed} is short ({abs(int(seed)).bit_length()} bits); it only selects a variant. "
+        f"Scenarios and hidden cases are keyed by {instructor_dir() / 'grading.key'}: keep that file private "
+        "and keep it for regrades"
+    )
+
+
+def job_seed(seed: int, student: str, lab: str, key: bytes | None = None) -> int:
+    """The scenario seed one student's notebook of one lab runs with (never 0, the public seed):
+    an HMAC of the grading key (`grading_key()` when not given) with the seed, student and lab."""
+    key = grading_key() if key is None else key
+    mac = hmac.new(key, f"scenario/{int(seed)}/{student}/{lab}".encode(), hashlib.sha256).digest()
+    return int.from_bytes(mac[:4], "big") % (2**31 - 1) + 1
+
+
+def hidden_key(seed: int, key: bytes) -> str:
+    """The key the hidden checks draw their cases from: the grading key mixed with the seed."""
+    return hmac.new(key, f"hidden/{int(seed)}".encode(), hashlib.sha256).hexdigest()
 
 
 MAX_FILE_BYTES = 50 * 2**20  # one file in a student's folder
@@ -370,6 +435,7 @@ class Grader:
         tmp_mb: int = 4096,
         protect: list[Path] | None = None,
         copies: str = "zero",
+        key: str | None = None,
     ):
         if timeout is not None and timeout <= 0:
             raise ValueError(f"--timeout must be positive seconds, got {timeout}")
@@ -395,6 +461,7 @@ class Grader:
                 "do not set SEED as a parameter: the grader draws each notebook's seed from --seed"
             )
         self.seed = int(seed) if seed is not None else instructor_seed()
+        self.key = bytes.fromhex(key) if key else grading_key()  # hex in config(): a Ray task's copy
         self.keep_answers = keep_answers  # copy each run's saved answers to OUT/answers (tests reuse them)
         self.sandboxed = sandboxed
         self.disk_mb = disk_mb
@@ -405,6 +472,10 @@ class Grader:
         self.copies = copies  # a copy of the published solution: scores 0, is flagged, or (CI) unchecked
         self.scratch = Path(tempfile.mkdtemp(prefix="lab-grader-"))
         os.chmod(self.scratch, 0o700)
+        self.stopping = threading.Event()  # set on Ctrl-C: no new run starts, running ones are killed
+        self._fingerprints: dict[str, str] = {}
+        if sandboxed and privileged():
+            share_course_files(_needed())
 
     def config(self) -> dict:
         """What another process needs to build an equal Grader (a Ray task on any node)."""
@@ -420,10 +491,20 @@ class Grader:
             "disk_mb": self.disk_mb,
             "tmp_mb": self.tmp_mb,
             "copies": self.copies,
+            "key": self.key.hex(),
         }
 
     def close(self) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def stop(self) -> None:
+        """Ctrl-C: every run in flight is killed, and none starts (grade() then raises Stopped)."""
+        self.stopping.set()
+        STOP.set()
+
+    def _check_stop(self) -> None:
+        if self.stopping.is_set():
+            raise Stopped("the grader was interrupted")
 
     def memory_for(self, lab: str) -> int:
         """The memory limit of one notebook: --memory-mb when given, else what the lab declares."""
@@ -434,26 +515,30 @@ class Grader:
         return float(self.timeout) if self.timeout is not None else float(lab_limits(lab)["timeout"])
 
     def _fingerprint(self, lab: str) -> str:
-        """What a saved grade depends on besides the notebook: the grader, the lab's questions and
-        hidden checks, its hidden tests, the parameters, the seed and the limits."""
+        """What a saved grade depends on besides the student's folder: the whole grader and course
+        library (every file, not only the lab's), the hidden tests, the installed packages, the
+        parameters, the seed, the grading key and the limits (computed once per lab)."""
+        if lab in self._fingerprints:
+            return self._fingerprints[lab]
         h = hashlib.sha256(GRADER_VERSION.encode())
-        here = Path(__file__).resolve().parent
-        grading = Path(__import__("lab_utils.grading").grading.__file__).resolve().parent
-        files = sorted(here.glob("*.py")) + sorted(grading.glob("*.py"))
-        files += [grading / "questions" / f"lab{lab}.py", here / "hidden" / f"lab{lab}.py"]
-        files += self._hidden_files(lab)
-        for p in files:
-            if p.exists():
-                h.update(p.name.encode())
-                h.update(p.read_bytes())
+        repo = Path(__file__).resolve().parent.parent
+        for tree in (repo / "grader", repo / "lab_utils"):
+            h.update(tree_digest(tree).encode())
+        for p in self._hidden_files(lab):
+            h.update(p.name.encode() + b"\0" + file_digest(p).encode())
+        h.update(installed_packages().encode())
         limits = [self.timeout_for(lab), self.memory_for(lab), self.check_timeout, self.disk_mb, self.tmp_mb]
         h.update(
             json.dumps(
-                [self.parameters, limits, self.sandboxed, self.copies], sort_keys=True, default=str
+                [self.parameters, limits, self.sandboxed, self.copies, self.kernel],
+                sort_keys=True,
+                default=str,
             ).encode()
         )
         h.update(str(self.seed).encode())
-        return h.hexdigest()
+        h.update(hashlib.sha256(self.key).digest())
+        self._fingerprints[lab] = h.hexdigest()
+        return self._fingerprints[lab]
 
     def job_key(self, job: Job) -> str:
         """What a saved grade was computed from; "" (never reused) when the file cannot be read."""
@@ -463,6 +548,7 @@ class Grader:
         h.update(job.student.encode() + b"\0")
         try:
             h.update(job.notebook.read_bytes())
+            h.update(folder_digest(job.notebook.parent, keep=job.notebook.name).encode())
         except OSError:
             return ""
         return h.hexdigest()
@@ -486,10 +572,22 @@ class Grader:
                 out.append(r)
         return out
 
-    def _sandbox(self, job_in: Path | None, job_out: Path | None) -> Sandbox | None:
+    def tmp_mb_for(self, lab: str) -> int:
+        """The private /tmp of a run: --tmp-mb, but at most half the memory limit (it is memory)."""
+        memory = self.memory_for(lab)
+        return max(16, min(self.tmp_mb, memory // 2)) if memory else self.tmp_mb
+
+    def _sandbox(
+        self, job_in: Path | None, job_out: Path | None, uid: int | None = None, lab: str | None = None
+    ) -> Sandbox | None:
+        if self.stopping.is_set():
+            raise Stopped("the grader was interrupted")
         if not self.sandboxed:
             return None
-        box = Sandbox(hide=self._hidden_paths(), tmp_mb=self.tmp_mb, gpu=_gpu_visible())
+        tmp_mb = self.tmp_mb_for(lab) if lab else min(self.tmp_mb, 1024)
+        box = Sandbox(hide=self._hidden_paths(), tmp_mb=tmp_mb, gpu=_gpu_visible())
+        if uid is not None:
+            box.uid = uid
         if job_in is not None:
             box.read_only[str(job_in)] = INSIDE_IN
         if job_out is not None:
@@ -541,7 +639,9 @@ class Grader:
         if job.problem:
             outcome.status = job.problem
             return outcome, _feedback(job, outcome, [], [], job.problem)
+        self._check_stop()
         work = Path(tempfile.mkdtemp(prefix=f"{_safe(job.student)}-{job.lab}-", dir=self.scratch))
+        uid = lease_uid()
         try:
             nb, problem = _read_notebook(job.notebook)
             if nb is None or (problem := content_problem(nb, job.lab)):
@@ -566,10 +666,13 @@ class Grader:
             (job_in / "files" / job.notebook.name).unlink(missing_ok=True)  # the instrumented copy runs
             answers_dir = job_out / "answers"
             answers_dir.mkdir()
+            if self.sandboxed and privileged():  # the run's own uid writes there, and nowhere else
+                for folder in (job_out, answers_dir):
+                    os.chown(folder, uid, uid)
             from lab_utils.grading.probe import instrument
 
             names = sorted({n for q in qs for n in q.answers} | self._hidden_names(job.lab))
-            seed = job_seed(self.seed, job.student, job.lab)
+            seed = job_seed(self.seed, job.student, job.lab, self.key)
             _apply_parameters(nb, {**self.parameters, "SEED": seed})
             # predictions are fixed where their check cell stands (names only predictions read)
             others = {n for q in qs if not q.predict for n in q.answers}
@@ -609,7 +712,7 @@ class Grader:
                 env=self._env(home, self._inside(work / "results.json", f"{INSIDE_WORK}/results.json")),
                 cwd=work,
                 log=work / "execute.log",
-                sandbox=self._sandbox(job_in, job_out),
+                sandbox=self._sandbox(job_in, job_out, uid, job.lab),
                 watch_dir=job_out,
                 disk_mb=self.disk_mb,
             )
@@ -618,11 +721,14 @@ class Grader:
                     code, killed, job_out / "status.json", timeout, memory_mb, self.disk_mb
                 )
             # the learner's code has finished running; from here it is only called, one question at a time
-            results = [r.to_dict() for r in judge_lab(job.lab, self._context(job, work, answers_dir, seed))]
+            self._check_stop()
+            results = [
+                r.to_dict() for r in judge_lab(job.lab, self._context(job, work, answers_dir, seed, uid))
+            ]
             for r in results:  # a reference pasted in under the answer's name scores zero
                 if r["id"] in pasted.zeroed:
                     r.update(earned=0.0, status=REFERENCE, message=pasted.zeroed[r["id"]])
-            hidden = self._hidden(job.lab, answers_dir, work)
+            hidden = self._hidden(job.lab, answers_dir, work, uid)
             for r in results:
                 outcome.scores[r["id"]] = float(r["earned"])
             for h in hidden:
@@ -635,14 +741,15 @@ class Grader:
             if self.keep_answers:
                 dest = self.out / "answers" / _safe(job.student) / job.lab
                 shutil.rmtree(dest, ignore_errors=True)
-                shutil.copytree(answers_dir, dest, symlinks=True)
+                copy_tree(answers_dir, dest)  # regular files only: a FIFO or link is left out
                 (dest / "_seed").write_text(str(seed))
             return outcome, _feedback(job, outcome, results, hidden, "")
         finally:
             outcome.seconds = round(time.monotonic() - t0, 1)
             shutil.rmtree(work, ignore_errors=True)
+            release_uid(uid)
 
-    def _context(self, job: Job, work: Path, answers_dir: Path, seed: int) -> Context:
+    def _context(self, job: Job, work: Path, answers_dir: Path, seed: int, uid: int | None = None) -> Context:
         try:
             scen = lab_scenario(job.lab, seed)
         except KeyError:
@@ -652,9 +759,9 @@ class Grader:
             answers_dir=answers_dir,
             work=work,
             student=job.student,
-            key=self.seed,
+            key=hidden_key(self.seed, self.key),
             scenario=scen,
-            sandbox=lambda: self._sandbox(None, None),
+            sandbox=lambda: self._sandbox(None, None, uid),
             python=self.python,
             env=self._env(runner_home, self._inside(work / "results.json", f"{INSIDE_WORK}/results.json")),
             per_question=self.check_timeout,
@@ -668,7 +775,7 @@ class Grader:
         work = Path(tempfile.mkdtemp(prefix="judge-", dir=self.scratch))
         try:
             (work / "home").mkdir()
-            s = job_seed(self.seed, student, lab) if seed is None else seed
+            s = job_seed(self.seed, student, lab, self.key) if seed is None else seed
             results = judge_lab(lab, self._context(Job(student, lab, answers_dir), work, answers_dir, s))
             if notebook is not None:
                 pasted = pasted_references(notebook, questions_for(lab))
@@ -695,7 +802,7 @@ class Grader:
             names |= set(re.findall(r"answers\[\s*['\"](\w+)['\"]\s*\]", f.read_text()))
         return names
 
-    def _hidden(self, lab: str, answers_dir: Path, work: Path) -> list[dict]:
+    def _hidden(self, lab: str, answers_dir: Path, work: Path, uid: int | None = None) -> list[dict]:
         """The instructor's pytest hidden tests, run here (outside the sandbox) against the answers,
         which stay in a sandboxed runner (grader.hidden_tests)."""
         files = self._hidden_files(lab)
@@ -706,7 +813,7 @@ class Grader:
         for f in files:
             shutil.copy(f, tests / f.name)
         report = work / "hidden.json"
-        box = self._sandbox(None, None)
+        box = self._sandbox(None, None, uid)
         config = {
             "answers": str(answers_dir),
             "python": self.python,
@@ -747,7 +854,7 @@ class Grader:
             log=work / "hidden.log",
         )
         try:
-            return json.loads(report.read_text())
+            return json.loads(read_bytes(report, MAX_STATUS_BYTES * 16))
         except (OSError, ValueError):
             return [
                 {
@@ -761,10 +868,8 @@ class Grader:
     def _keep_executed(self, job: Job, executed: Path) -> None:
         import nbformat
 
-        if not executed.is_file() or executed.is_symlink():
-            return
-        try:
-            nb = nbformat.read(str(executed), as_version=4)
+        try:  # written inside the sandbox: a regular file under the cap, or nothing is kept
+            nb = nbformat.reads(read_bytes(executed, MAX_NOTEBOOK_BYTES).decode("utf-8"), as_version=4)
         except Exception:  # a notebook that broke its own output file: nothing worth keeping
             return
         _truncate_outputs(nb)
@@ -822,13 +927,15 @@ def _run_status(
         return Status.MEMORY_LIMIT.text(
             f"used more than {memory_mb} MB and was stopped; answers saved before then were graded"
         )
-    try:
-        info = json.loads(status_file.read_text()[:10_000])  # written inside the sandbox: only text
+    try:  # written inside the sandbox: a small regular file, read as data, never waited on
+        info = json.loads(read_bytes(status_file, MAX_STATUS_BYTES))
         info = {
             "outcome": str(info.get("outcome", "failed")),
-            "detail": " ".join(str(info.get("detail", "")).split()),
+            "detail": plain(" ".join(str(info.get("detail", "")).split())),
         }
-    except (OSError, ValueError, AttributeError):
+    except Refused as exc:
+        info = {"outcome": "failed", "detail": f"the status file was refused: {exc}"}
+    except (OSError, ValueError, AttributeError, RecursionError):
         info = {"outcome": "failed", "detail": ""}
     outcome = info.get("outcome", "failed")
     if code is not None and code < 0:
@@ -865,33 +972,36 @@ def _truncate_outputs(nb) -> None:
 
 
 def _feedback(job: Job, outcome: Outcome, results: list[dict], hidden: list[dict], problem: str) -> str:
+    """The learner's feedback (Markdown). Every string that a learner's code or file names could
+    have chosen is printed as plain text (markdown_text): no HTML, links, escapes or CRs."""
     possible = sum(outcome.possible.values())
     lines = [
-        f"# Lab {job.lab} — {job.student}",
+        f"# Lab {markdown_text(job.lab, 10)} — {markdown_text(job.student, 100)}",
         "",
         f"Score: **{outcome.total:g} / {possible:g}**",
         "",
-        f"Run: {outcome.status}",
+        f"Run: {markdown_text(outcome.status, 400)}",
         "",
     ]
     if problem:
         lines += [
-            f"The notebook could not be graded: {problem}.",
+            f"The notebook could not be graded: {markdown_text(problem, 400)}.",
             "Submit the .ipynb file saved by JupyterLab (File > Save), not a renamed or edited copy.",
             "",
         ]
     if results:
         lines += ["| question | points | status | hint |", "|---|---|---|---|"]
         for r in results:
-            hint = (r.get("message") or "").replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| {r['id']} | {r['earned']:g}/{r['points']:g} | {r['status']} | {hint} |")
+            hint = markdown_text(r.get("message") or "", 400)
+            status = markdown_text(r["status"], 60)
+            lines.append(f"| {r['id']} | {r['earned']:g}/{r['points']:g} | {status} | {hint} |")
         lines.append("")
     if hidden:
         lines += ["Hidden tests:", ""]
         for h in hidden:
             mark = "passed" if h["outcome"] == "passed" else "failed"
             lines.append(
-                f"- {h['name']}: {mark} ({h['points'] if mark == 'passed' else 0:g}/{h['points']:g})"
+                f"- {markdown_text(h['name'], 100)}: {mark} ({h['points'] if mark == 'passed' else 0:g}/{h['points']:g})"
             )
         lines.append("")
     return "\n".join(lines)
@@ -925,14 +1035,18 @@ def grade_class(
     """
     if workers < 1:
         raise ValueError(f"--workers must be at least 1, got {workers}")
+    STOP.clear()
     jobs, warnings = discover(submissions)
     for w in warnings:
-        progress(f"warning: {w}")
+        progress(plain(f"warning: {w}", 500))
     out.mkdir(parents=True, exist_ok=True)
     cache = out / ".cache"
     if seed is None:
         seed = instructor_seed(progress)
+    elif note := seed_warning(seed):
+        progress(note)
     secret = signing_key(progress)
+    key = grading_key(progress)
     grader = Grader(
         out,
         hidden_tests,
@@ -945,6 +1059,7 @@ def grade_class(
         tmp_mb=tmp_mb,
         protect=[submissions],
         copies=copies,
+        key=key.hex(),
     )
     if not sandboxed:
         progress("warning: grading WITHOUT a sandbox (--no-sandbox); every row says 'unsandboxed'")
@@ -958,7 +1073,7 @@ def grade_class(
                 outcome, feedback = grader.grade(job)
                 outcomes.append(outcome)
                 atomic_write(out / "feedback" / _safe(job.student) / f"{job.lab}.md", feedback)
-                progress(f"not graded: {job.student}/{job.notebook.name}: {outcome.status}")
+                progress(plain(f"not graded: {job.student}/{job.notebook.name}: {outcome.status}", 500))
                 continue
             cached = None if force else load_result(cache, job, grader.job_key(job), secret)
             if cached is not None:
@@ -988,7 +1103,10 @@ def grade_class(
             job, outcome, feedback, executed, error = result
             if outcome is None:
                 outcome = _runner.error_outcome(job, error, questions_for(job.lab))
-                feedback = f"# Lab {job.lab} — {job.student}\n\nThe grader failed: {error}\n"
+                feedback = (
+                    f"# Lab {job.lab} — {markdown_text(job.student, 100)}\n\n"
+                    f"The grader failed: {markdown_text(error, 400)}\n"
+                )
             else:
                 outcome.key = grader.job_key(job)  # the key of what this run read, whoever graded it
             with lock:

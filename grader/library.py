@@ -20,6 +20,7 @@ import inspect
 import json
 import shutil
 import tempfile
+import threading
 import types
 from pathlib import Path
 
@@ -89,7 +90,15 @@ def _library_digest() -> str:
 
 def library_for(specs) -> Path | None:
     """A folder holding a `lab_utils` without the course references among `specs` (None when none
-    of them is a course reference)."""
+    of them is a course reference). Thread-safe: the grader's workers share the copies."""
+    with _BUILD_LOCK:
+        return _library_for(specs)
+
+
+_BUILD_LOCK = threading.Lock()  # two workers building one copy would share its .tmp folder
+
+
+def _library_for(specs) -> Path | None:
     targets: dict[Path, dict[str, str]] = {}
     for spec in specs:
         where = _definition(spec)

@@ -186,7 +186,9 @@ class Runner:
             raise LearnerError(kind, msg, text)
         cls = _BUILTIN_ERRORS.get(kind)
         if cls is not None:
-            raise cls(msg)
+            exc = cls(msg)
+            exc.from_learner = True  # the judge shows only its type where a hidden case caused it
+            raise exc
         raise LearnerError(kind, msg, text)
 
     def _from_tag(self, data: dict):

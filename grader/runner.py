@@ -25,7 +25,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .gradebook import Job, Outcome
-from .sandbox import Status
+from .sandbox import Status, Stopped, kill_tree
+from .untrusted import plain, read_bytes
 
 MAX_FOLDER_BYTES = 200 * 2**20  # a student's folder shipped to a Ray task
 RAY_START_WAIT_S = float(os.environ.get("LAB_RAY_START_WAIT_S", 120))
@@ -58,24 +59,63 @@ class Progress:
         bar = "#" * filled + "." * (self.width - filled)
         line = (
             f"[{self.done}/{self.total}] {bar} {self.failed} failed, about {left:.0f} s left | "
-            f"{outcome.student} lab {outcome.lab}: {outcome.total:g}/{sum(outcome.possible.values()):g}"
-            f" — {outcome.status} ({outcome.seconds:.0f} s)"
+            f"{plain(outcome.student, 80)} lab {outcome.lab}: {outcome.total:g}/{sum(outcome.possible.values()):g}"
+            f" — {plain(outcome.status, 300)} ({outcome.seconds:.0f} s)"
         )
         self.emit(line)
         return line
 
 
 def run_local(grader, jobs: list[Job], workers: int, on_result: Callable[[Result], None]) -> None:
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(grader.grade, job): job for job in jobs}
+    """Grade `jobs` on `workers` threads. Ctrl-C (or any exception here) stops the class within
+    seconds: no new run starts, the runs in flight are killed and their grades dropped; every grade
+    already handed to `on_result` is kept."""
+    pool = ThreadPoolExecutor(max_workers=workers)
+    futures = {pool.submit(grader.grade, job): job for job in jobs}
+    try:
         for fut in as_completed(futures):
             job = futures[fut]
             try:
                 outcome, feedback = fut.result()
+            except Stopped:
+                continue
             except Exception as exc:  # a bug in the grader must not lose the others' grades
                 on_result((job, None, "", None, f"{type(exc).__name__}: {exc}"))
                 continue
             on_result((job, outcome, feedback, None, ""))
+    except BaseException:
+        grader.stop()
+        pool.shutdown(wait=False, cancel_futures=True)
+        kill_runs()
+        deadline = time.monotonic() + STOP_WAIT_S
+        for fut in futures:  # the runs' processes are gone: their threads end at once
+            try:
+                fut.exception(timeout=max(0.0, deadline - time.monotonic()))
+            except BaseException:
+                continue
+        raise
+    pool.shutdown(wait=True)
+
+
+STOP_WAIT_S = 10.0
+
+
+def kill_runs() -> None:
+    """Kill every run this process started (each one's guard names this process), and their trees."""
+    import psutil
+
+    me = str(os.getpid())
+    try:
+        children = psutil.Process().children(recursive=False)
+    except psutil.Error:
+        return
+    for child in children:
+        try:
+            cmd = child.cmdline()
+        except psutil.Error:
+            continue
+        if "--guard" in cmd and me in cmd:
+            kill_tree(child.pid)
 
 
 # --- Ray ---------------------------------------------------------------------------------------
@@ -86,9 +126,9 @@ def _folder_bytes(job: Job) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
     size = 0
     for p in sorted(job.notebook.parent.rglob("*")):
-        if not p.is_file() or (p.suffix == ".ipynb" and p != job.notebook):
-            continue
-        data = p.read_bytes()
+        if p.is_symlink() or not p.is_file() or (p.suffix == ".ipynb" and p != job.notebook):
+            continue  # a link is never followed (the local run refuses the folder; so does the task)
+        data = read_bytes(p, MAX_FOLDER_BYTES)
         size += len(data)
         if size > MAX_FOLDER_BYTES:
             raise ValueError(f"{job.student}'s folder is larger than {MAX_FOLDER_BYTES >> 20} MB")

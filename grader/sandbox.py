@@ -29,13 +29,22 @@ import enum
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 NOBODY = 65534
+STOP = threading.Event()  # set when the grader is interrupted: every run in flight is killed
+
+
+class Stopped(BaseException):
+    """The grader was interrupted (Ctrl-C) while this run was in flight; its grade is not kept."""
+
+
 INSIDE_IN, INSIDE_OUT, INSIDE_WORK = "/tmp/in", "/tmp/out", "/tmp/work"
 
 
@@ -99,7 +108,7 @@ def sandbox_problem() -> str:
         why = "bubblewrap (`bwrap`) is not installed: `apt-get install bubblewrap` (Debian/Ubuntu), `make setup` does it as root"
     else:
         probe = subprocess.run(
-            [exe, *Sandbox().options(), "--", "/bin/true"],
+            guarded(Sandbox(uid=SANDBOX_UID_BASE - 1).wrap(["/bin/true"])),
             capture_output=True,
             text=True,
             timeout=30,
@@ -135,6 +144,97 @@ def _needed() -> list[str]:
     return paths
 
 
+VCS_FOLDERS = (".git", ".hg", ".svn", ".bzr")  # version history of the course: hidden inside
+SANDBOX_UID_BASE = 640_000  # the host uids sandboxed code runs as when the grader is root
+NPROC_LIMIT = (
+    1024  # processes and threads one run may hold (RLIMIT_NPROC of its own uid; vLLM runs many threads)
+)
+_UIDS_LOCK = threading.Lock()
+_UIDS_USED: set[int] = set()
+
+
+def lease_uid() -> int:
+    """A host uid no other run of this grader holds: each run counts its own processes."""
+    with _UIDS_LOCK:
+        uid = SANDBOX_UID_BASE + os.getpid() % 1000 * 64
+        while uid in _UIDS_USED:
+            uid += 1
+        _UIDS_USED.add(uid)
+        return uid
+
+
+def release_uid(uid: int) -> None:
+    with _UIDS_LOCK:
+        _UIDS_USED.discard(uid)
+
+
+def privileged() -> bool:
+    """The grader runs as root: bubblewrap then sets the sandbox up as root and drops, inside, to
+    an unprivileged host uid (no user namespace, so nothing inside is root in disguise)."""
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def _closed_to_others(path: str) -> str | None:
+    """The outermost folder above `path` that another user cannot enter (no o+x), or None."""
+    parts = Path(path).parts
+    for i in range(2, len(parts)):
+        folder = str(Path(*parts[:i]))
+        try:
+            if not os.stat(folder).st_mode & 0o001:
+                return folder
+        except OSError:
+            return None
+    return None
+
+
+def share_course_files(paths: list[str]) -> None:
+    """Make the course's own files (model, adapters, environment) readable by the sandbox's uid:
+    public course data that a prepared cache may have written 0600. Private files stay as they
+    are (only folders named models/merged/adapters of the course cache and environments)."""
+    for top in paths:
+        base = Path(top)
+        for sub in ("models", "merged", "adapters"):
+            folder = base / sub
+            if not folder.is_dir() or folder.is_symlink():
+                continue
+            for dirpath, dirnames, filenames in os.walk(folder):
+                for name in dirnames + filenames:
+                    p = os.path.join(dirpath, name)
+                    try:
+                        st = os.lstat(p)
+                        want = 0o005 if os.path.isdir(p) else 0o004
+                        if not os.path.islink(p) and st.st_mode & want != want:
+                            os.chmod(p, st.st_mode | want)
+                    except OSError:
+                        continue
+
+
+def _open_to_others(top: str, limit: int = 20_000) -> None:
+    """Let any user read a folder handed to a run read-only (o+r on files, o+rx on folders); its
+    place on the host stays closed (the run sees it only where it is bound)."""
+    stack, seen = [top], 0
+    while stack and seen < limit:
+        path = stack.pop()
+        seen += 1
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        want = 0o005 if stat.S_ISDIR(st.st_mode) else 0o004
+        if st.st_mode & want != want:
+            try:
+                os.chmod(path, st.st_mode & 0o7777 | want)
+            except OSError:
+                pass
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                stack += [e.path for e in os.scandir(path)]
+            except OSError:
+                continue
+
+
 @dataclass
 class Sandbox:
     """What one sandboxed run sees. Paths are on the host; `read_only` maps host -> inside."""
@@ -142,13 +242,16 @@ class Sandbox:
     read_only: dict[str, str] = field(default_factory=dict)  # extra host folders, read-only inside
     writable: dict[str, str] = field(default_factory=dict)  # host folders written inside (/tmp/out)
     hide: list[str] = field(default_factory=list)  # host folders replaced by an empty one inside
-    tmp_mb: int = 2048  # the private /tmp (the working folder lives there)
-    shm_mb: int = 512
+    tmp_mb: int = 2048  # the private /tmp (the working folder lives there), in memory
+    shm_mb: int = 64
     env: dict[str, str] = field(default_factory=dict)
     cwd: str = INSIDE_WORK
     gpu: bool = False
+    uid: int = NOBODY  # the host uid learner code runs as when the grader is root
+    nproc: int = NPROC_LIMIT
 
     def options(self) -> list[str]:
+        root = privileged()
         opts = [
             "--ro-bind",
             "/",
@@ -161,62 +264,160 @@ class Sandbox:
         opts += [
             "--size",
             str(self.tmp_mb * 2**20),
+            "--perms",
+            "1777",
             "--tmpfs",
             "/tmp",
             "--size",
             str(self.shm_mb * 2**20),
+            "--perms",
+            "1777",
             "--tmpfs",
             "/dev/shm",
+            "--perms",
+            "0777",
             "--dir",
             INSIDE_WORK,
         ]
         # a checkout, environment or model cache that lives under /tmp is bound back, read-only,
         # over the private /tmp; the folders to hide are hidden after that, so inside one as well
         back = _under_tmp(_needed())
+        if root:
+            # a needed folder under one closed to other users (/root/.pyenv, /root/.cache): that
+            # folder becomes an empty one inside, and only what is needed is bound back into it
+            closed = sorted({c for p in _needed() if (c := _closed_to_others(os.path.realpath(p)))})
+            for folder in closed:
+                opts += ["--perms", "0755", "--tmpfs", folder]
+            back += [
+                r
+                for p in _needed()
+                if (r := os.path.realpath(p)) not in back and any(_within(r, c) for c in closed)
+            ]
         for path in back:
+            if not os.path.exists(path):
+                continue
+            if root and _within(path, "/tmp"):  # under the private /tmp: its folders enterable
+                for parent in list(reversed(Path(path).parents))[2:]:
+                    opts += ["--perms", "0755", "--dir", str(parent)]
+            for closed_folder in [c for c in closed if _within(path, c)] if root else []:
+                # the folders between an emptied one and what is bound back: enterable by all
+                between = Path(path).relative_to(closed_folder).parts[:-1]
+                for i in range(1, len(between) + 1):
+                    opts += ["--perms", "0755", "--dir", str(Path(closed_folder, *between[:i]))]
             opts += ["--ro-bind", path, path]
-        for path in self.hide:
+        repo = str(Path(__file__).resolve().parent.parent)
+        hide = list(self.hide) + [os.path.join(repo, v) for v in VCS_FOLDERS]
+        for path in hide:
             if _under_tmp([path]) and not any(_within(path, b) for b in back):
                 continue  # already gone with the host's /tmp
             if os.path.isdir(path):
                 opts += ["--tmpfs", path]
             elif os.path.exists(path):
                 opts += ["--ro-bind", "/dev/null", path]
+        dests = [*self.read_only.values(), *self.writable.values()]
+        made: set[str] = set()
+        for dest in dests:  # folders made to hold a bind point: enterable by the run's uid
+            for parent in list(reversed(Path(dest).parents))[1:]:
+                p = str(parent)
+                if _within(p, "/tmp") and p != "/tmp" and p not in dests and p not in made:
+                    made.add(p)
+                    opts += ["--perms", "0755", "--dir", p]
         for host, inside in self.read_only.items():
+            if root:  # handed to the run on purpose: its own uid must be able to read it
+                _open_to_others(host)
             opts += ["--ro-bind", host, inside]
         for host, inside in self.writable.items():
             opts += ["--bind", host, inside]
         if self.gpu:
             for dev in sorted(Path("/dev").glob("nvidia*")):
                 opts += ["--dev-bind", str(dev), str(dev)]
+        if root:  # no user namespace: the uid drop happens inside (setpriv, see wrap)
+            opts += [
+                "--unshare-pid",
+                "--unshare-net",
+                "--unshare-ipc",
+                "--unshare-uts",
+                "--unshare-cgroup-try",
+            ]
+        else:
+            opts += [
+                "--unshare-all",
+                "--uid",
+                str(NOBODY),
+                "--gid",
+                str(NOBODY),
+            ]  # user, pid, net, ipc, uts, cgroup
         opts += [
-            "--unshare-all",  # user, pid, net (loopback only), ipc, uts, cgroup
-            "--uid",
-            str(NOBODY),
-            "--gid",
-            str(NOBODY),
             "--die-with-parent",
             "--new-session",
-            "--cap-drop",
-            "ALL",
             "--hostname",
             "sandbox",
             "--clearenv",
             "--chdir",
             self.cwd,
         ]
+        if not root:
+            opts += ["--cap-drop", "ALL"]
         for key, value in sorted(self.env.items()):
             opts += ["--setenv", key, value]
         return opts
 
+    def inner(self, cmd: list[str]) -> list[str]:
+        """`cmd` as started inside: as root, dropped to the run's own uid, no capabilities, and a
+        limit on the processes that uid may hold (a fork bomb stops there)."""
+        limit = ["prlimit", f"--nproc={self.nproc}:{self.nproc}", "--core=0:0", "--"]
+        if not privileged():
+            return [*limit, *cmd]
+        drop = [
+            "setpriv",
+            f"--reuid={self.uid}",
+            f"--regid={self.uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
+        return [*drop, *limit, *cmd]
+
     def wrap(self, cmd: list[str], env: dict | None = None) -> list[str]:
-        """`cmd` run inside this sandbox with exactly `env` (plus `self.env`) as its environment."""
+        """`cmd` run inside this sandbox with exactly `env` (plus `self.env`) as its environment.
+
+        The result is started through `guarded` (the guard passes the options to bubblewrap on a
+        pipe, so the sandbox's own /proc/1/cmdline shows no host path, and adds the seccomp filter)."""
         exe = _bwrap()
         if exe is None:
             raise RuntimeError(sandbox_problem())
         if env:
             self.env = {**env, **self.env}
-        return [exe, *self.options(), "--", *cmd]
+        opts = self.options()
+        return [exe, _OPTS_MARK, str(len(opts)), *opts, "--", *self.inner(cmd)]
+
+
+_OPTS_MARK = "--lab-sandbox-options"
+
+
+def _no_setsid_filter() -> bytes:
+    """A seccomp program (classic BPF) that turns setsid() into a no-op returning 0: every process
+    of a run stays in its session, so the kernel's per-session CPU share (autogroup) counts the
+    whole run once, however many busy processes it starts."""
+    import struct
+
+    ld_abs, jeq, ret = 0x20, 0x15, 0x06
+    allow, errno0 = 0x7FFF0000, 0x00050000
+    prog = [
+        (ld_abs, 0, 0, 4),  # 0: the architecture
+        (jeq, 0, 3, 0xC000003E),  # 1: x86_64 ? 2 : 5
+        (ld_abs, 0, 0, 0),  # 2: the syscall number
+        (jeq, 4, 0, 112),  # 3: setsid ? 8 : 4
+        (jeq, 3, 4, 0x40000000 | 112),  # 4: x32 setsid ? 8 : 9
+        (jeq, 0, 3, 0xC00000B7),  # 5: aarch64 ? 6 : 9
+        (ld_abs, 0, 0, 0),  # 6
+        (jeq, 0, 1, 157),  # 7: setsid ? 8 : 9
+        (ret, 0, 0, errno0),  # 8
+        (ret, 0, 0, allow),  # 9
+    ]
+    return b"".join(struct.pack("<HBBI", *ins) for ins in prog)
 
 
 # --- the parent side ---------------------------------------------------------------------------
@@ -344,10 +545,14 @@ def run_limited(
             while True:
                 try:
                     code = proc.wait(timeout=0.25)
+                    if STOP.is_set():
+                        raise Stopped("the grader was interrupted")
                     break
                 except subprocess.TimeoutExpired:
                     pass
                 now = time.monotonic()
+                if STOP.is_set():
+                    raise Stopped("the grader was interrupted")
                 if now > deadline:
                     stopped = Status.TIMEOUT
                 elif memory_mb and tree_memory_mb(proc.pid) > memory_mb:
@@ -371,12 +576,38 @@ def run_limited(
 # --- the guard (this file run as a script) -----------------------------------------------------
 
 
+def _pipe_with(data: bytes) -> int:
+    """The read end of a pipe that holds `data` (small: it fits the pipe's buffer)."""
+    r, w = os.pipe()
+    try:
+        os.write(w, data)
+    finally:
+        os.close(w)
+    return r
+
+
+def _bwrap_by_pipe(cmd: list[str]) -> tuple[list[str], list[int]]:
+    """A `Sandbox.wrap` command with its options moved to a pipe (`bwrap --args FD`) and the
+    seccomp filter added: the sandbox's pid 1 is bubblewrap, and its command line is all that a
+    learner's code can read of the host side."""
+    if len(cmd) < 3 or cmd[1] != _OPTS_MARK:
+        return cmd, []
+    n = int(cmd[2])
+    opts, rest = cmd[3 : 3 + n], cmd[3 + n :]
+    seccomp = _pipe_with(_no_setsid_filter())
+    args = _pipe_with(b"".join(o.encode() + b"\0" for o in [*opts, "--seccomp", str(seccomp)]))
+    return [cmd[0], "--args", str(args), *rest], [args, seccomp]
+
+
 def _guard(parent: int, cmd: list[str]) -> int:
     import resource
     import threading
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crashing kernel writes no core file
-    child = subprocess.Popen(cmd)  # same session and group as the guard, limits inherited
+    cmd, fds = _bwrap_by_pipe(cmd)
+    child = subprocess.Popen(cmd, pass_fds=fds)  # same session and group as the guard, limits inherited
+    for fd in fds:
+        os.close(fd)
 
     def watch() -> None:
         while child.poll() is None:

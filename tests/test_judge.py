@@ -18,7 +18,7 @@ import pytest
 
 from grader.judge import Context, judge_question
 from grader.remote import Remote, Runner, RunnerFailed, UsesReference
-from grader.sandbox import Sandbox, sandbox_problem
+from grader.sandbox import Sandbox, guarded, sandbox_problem
 from lab_utils.grading.registry import Question
 from lab_utils.kv.workload import WorkloadRequest
 
@@ -261,7 +261,7 @@ def test_a_checkout_under_tmp_is_bound_back_with_its_hidden_folders_still_hidden
     (repo / "lib.py").write_text("VISIBLE = 1\n")
     monkeypatch.setattr(box_module, "_needed", lambda: [str(repo)])
     box = Sandbox(hide=[str(repo / "grader")])
-    cmd = box.wrap(["/bin/ls", str(repo), str(repo / "grader")], {"PATH": "/usr/bin:/bin"})
+    cmd = guarded(box.wrap(["/bin/ls", str(repo), str(repo / "grader")], {"PATH": "/usr/bin:/bin"}))
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert "lib.py" in out.stdout and "secret.py" not in out.stdout
