@@ -464,6 +464,9 @@ def main() -> int:
     ap.add_argument(
         "--temperature", type=float, default=0.8, help="the sampled runs' temperature (0: greedy only)"
     )
+    ap.add_argument(
+        "--skip-greedy", action="store_true", help="sampled runs only (the --temperature comparison)"
+    )
     ap.add_argument("--dtypes", default=None, help="float32 and/or bfloat16, comma-separated (default: "
                     "float32, plus bfloat16 one token per step where the CPU has bf16 instructions)")  # fmt: skip
     ap.add_argument("--num-speculative-tokens", type=int, default=4)
@@ -521,7 +524,9 @@ def main() -> int:
             if s.endswith("-spec") and (dtype != "float32" or not args.num_speculative_tokens):
                 continue  # bf16: one token per step only (the like-for-like kernel comparison)
             names.append(f"{s}:{dtype}")
-    temps = [0.0] + ([args.temperature] if args.temperature > 0 else [])
+    temps = ([] if args.skip_greedy and args.temperature > 0 else [0.0]) + (
+        [args.temperature] if args.temperature > 0 else []
+    )
     log_dir = OUT / "engine_throughput_logs"
     workers: dict[str, Worker] = {}
     results: dict[tuple[str, float], list[dict]] = {}

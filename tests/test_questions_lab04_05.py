@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from pathlib import Path
 
 import nbformat
@@ -30,7 +31,12 @@ def solution_namespace(lab: str, seed: int) -> dict:
     """Globals after running the solution cells that define answers without the model or a server."""
     path = next((REPO / "solutions").glob(f"{lab}_*.ipynb"))
     nb = nbformat.read(str(path), as_version=4)
-    ns: dict = {"SCENARIO": lab_scenario(lab, seed), "math": math, "__name__": f"lab{lab}_solution"}
+    ns: dict = {
+        "SCENARIO": lab_scenario(lab, seed),
+        "math": math,
+        "random": random,  # the setup cells import it
+        "__name__": f"lab{lab}_solution",
+    }
     for cell in nb.cells:
         src = cell.source
         if cell.cell_type == "code" and "### BEGIN SOLUTION" in src and not any(w in src for w in NEEDS_RUN):
@@ -49,6 +55,8 @@ FUNCTION_QUESTIONS = {
     "04.my_schedule": "my_schedule",
     "04.preemption": "recomputed_tokens",
     "04.throughput_vs_batch": "sweep_throughput",
+    "04.verify_greedy": "verify_greedy",
+    "04.verify_sampled": "verify_sampled",
     "05.best_completion": "best_completion",
     "05.client_kwargs": "client_kwargs",
     "05.kv_cache_tokens": "kv_cache_tokens",
@@ -185,8 +193,24 @@ def _wrong_answers() -> dict[str, dict]:
             texts.append(max(done, key=lambda c: (c.cumulative_logprob, -c.index)).text)
         return texts
 
+    def no_bonus_token(drafts, rows):  # every draft kept: forgets the target's token after them
+        greedy = [r.index(max(r)) for r in rows]
+        n = 0
+        while n < len(drafts) and drafts[n] == greedy[n]:
+            n += 1
+        return greedy[: n + 1] if n < len(drafts) else greedy[:n]
+
+    def resample_from_p(p, q, drafts, seed):  # after a refusal, draws from p itself: biased
+        rnd = random.Random(seed)
+        for j, d in enumerate(drafts):
+            if rnd.random() * q[j][d] >= p[j][d]:
+                return drafts[:j] + rnd.choices(range(len(p[j])), weights=p[j])
+        return list(drafts) + rnd.choices(range(len(p[-1])), weights=p[-1])
+
     ns4 = solution_namespace("04", SEEDS[0])
     return {
+        "04.verify_greedy": {"verify_greedy": no_bonus_token},
+        "04.verify_sampled": {"verify_sampled": resample_from_p},
         "04.slot_spans": {"slot_spans": one_run_per_block},
         "04.kv_capacity_tokens": {
             "kv_capacity_tokens":  # K only, no rounding to blocks

@@ -194,6 +194,84 @@ def test_sampled_drafts_with_top_k_1_are_kept_exactly_when_greedy_would_keep_the
         _accept_many(logits, [1], 1, temperature=0.8)
 
 
+def test_batched_sampling_follows_softmax_over_temperature_with_top_k_and_top_p_rows():
+    """One batched draw per step: every row's tokens follow softmax(logits / T) (masked by its
+    top-k / top-p), seeded rows draw the same tokens whatever shares the batch, greedy rows argmax."""
+    import torch
+
+    from lab_utils.engine.sampler import Sampler, apply_top_k_top_p
+
+    rows = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0], [0.0, 1.5, 0.2, 0.3, 0.1], [0.3, 0.2, 0.1, 1.0, 0.0]])
+    params = [
+        SamplingParams(temperature=0.8),
+        SamplingParams(temperature=1.3, top_k=3),
+        SamplingParams(temperature=0.5, top_p=0.7),
+    ]
+    n = 4000
+    batch = rows.repeat(n, 1)  # (3n, 5): row i % 3 is case i % 3
+    s = Sampler(seed=3)
+    got = torch.tensor(s.sample(batch, [str(i) for i in range(3 * n)], params * n)).view(n, 3)
+    for c, p in enumerate(params):
+        want = apply_top_k_top_p(rows[c] / p.temperature, p.top_k, p.top_p).softmax(-1)
+        freq = torch.bincount(got[:, c], minlength=5).float() / n
+        assert float((freq - want).abs().max()) < 4 * (0.25 / n) ** 0.5 + 0.002, (c, freq, want)
+        assert all(float(want[t]) > 0 for t in got[:, c].unique()), "a masked token was drawn"
+    seeded = SamplingParams(temperature=0.9, seed=42)
+    alone = Sampler().sample(rows[1:2], ["x"], [seeded])
+    crowded = Sampler().sample(rows, ["y", "x", "z"], [params[0], seeded, SamplingParams(temperature=0)])
+    assert crowded[1] == alone[0] and crowded[2] == int(rows[2].argmax())
+    stream = Sampler()
+    one = [stream.sample(rows[1:2], ["x"], [seeded])[0] for _ in range(20)]
+    other = Sampler()
+    both = [other.sample(rows[:2], ["w", "x"], [params[0], seeded])[1] for _ in range(20)]
+    assert one == both, "a seeded request's tokens do not depend on its neighbours, step after step"
+    nan = torch.full((1, 5), float("nan"))
+    assert Sampler().sample(nan, ["n"], [SamplingParams(temperature=0.8)]) == [0]  # no crash
+
+
+# --- the learner's sampling verifier is judged by a statistical test (grader/hidden/lab04.py) -------
+def _reference_verifier(p, q, drafts, seed):
+    rnd = random.Random(seed)
+    for j, d in enumerate(drafts):
+        if not (q[j][d] > 0 and rnd.random() < min(1.0, p[j][d] / q[j][d])):
+            residual = [max(a - b, 0.0) for a, b in zip(p[j], q[j])]
+            return list(drafts[:j]) + rnd.choices(range(len(p[j])), weights=residual)
+    return list(drafts) + rnd.choices(range(len(p[-1])), weights=p[-1])
+
+
+def _resamples_from_p(p, q, drafts, seed):  # after a refusal, a draw from p itself: biased
+    rnd = random.Random(seed)
+    for j, d in enumerate(drafts):
+        if not rnd.random() < min(1.0, p[j][d] / q[j][d]):
+            return list(drafts[:j]) + rnd.choices(range(len(p[j])), weights=p[j])
+    return list(drafts) + rnd.choices(range(len(p[-1])), weights=p[-1])
+
+
+def _as_if_certain(p, q, drafts, seed):  # the n-gram rule: right tokens, too few drafts kept
+    rnd = random.Random(seed)
+    for j, d in enumerate(drafts):
+        if not rnd.random() < p[j][d]:
+            rest = [0.0 if t == d else v for t, v in enumerate(p[j])]
+            return list(drafts[:j]) + rnd.choices(range(len(rest)), weights=rest)
+    return list(drafts) + rnd.choices(range(len(p[-1])), weights=p[-1])
+
+
+def test_the_statistical_judge_passes_rejection_sampling_and_fails_biased_verifiers():
+    """The stated false-failure rate is under 1e-6 per grading: 30 gradings of the reference must
+    all pass; the two usual mistakes must fail every one of theirs."""
+    from grader.hidden.lab04 import _SAMPLED_DELTA, judge_sampled_verifier
+
+    gradings = 30
+    ok = [judge_sampled_verifier(_reference_verifier, random.Random(1000 + i)) for i in range(gradings)]
+    assert all(failed == 0 and tests >= 6 for failed, tests in ok), ok
+    assert max(tests for _, tests in ok) * _SAMPLED_DELTA < 1e-6
+    for biased in (_resamples_from_p, _as_if_certain):
+        bad = [judge_sampled_verifier(biased, random.Random(2000 + i)) for i in range(10)]
+        assert all(failed > 0 for failed, _ in bad), (biased.__name__, bad)
+    # not a speculative step's shape (a refused draft echoed back): fails at once
+    assert judge_sampled_verifier(lambda p, q, d, s: list(d) + [0], random.Random(5))[0] > 0
+
+
 # --- the real model (slow) -----------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("block_size", [4, 16])

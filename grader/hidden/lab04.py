@@ -313,3 +313,174 @@ def _(sweep_throughput, rng, scenario):
             total += 1
             wrong += b not in got or not abs(got[b] - want[b]) <= 1e-6 * want[b]
     assert not wrong, f"wrong on {wrong} of {total} unseen sweep points"
+
+
+# --- 04.verify_greedy / 04.verify_sampled ---------------------------------------------------------
+
+
+def _ref_verify_greedy(drafts: list[int], rows: list[list[float]]) -> list[int]:
+    greedy = [row.index(max(row)) for row in rows]
+    n = 0
+    while n < len(drafts) and drafts[n] == greedy[n]:
+        n += 1
+    return greedy[: n + 1]
+
+
+@hidden("04.verify_greedy")
+def _(verify_greedy, rng, scenario):
+    """Random logit tables (no ties) with drafts that agree with the target for a random stretch."""
+    wrong = 0
+    for _ in range(40):
+        vocab, k = rng.randint(3, 12), rng.randint(0, 5)
+        rows = [rng.sample(range(1000), vocab) for _ in range(k + 1)]
+        rows = [[v / 100 - 5 for v in r] for r in rows]
+        best = [max(range(vocab), key=r.__getitem__) for r in rows]
+        agree = rng.randint(0, k)  # drafts right up to here, then (if any are left) a wrong one
+        drafts = best[:agree] + [rng.choice([t for t in range(vocab) if t != b]) for b in best[agree:k]]
+        got = [int(t) for t in verify_greedy(list(drafts), [list(r) for r in rows])]
+        wrong += got != _ref_verify_greedy(drafts, rows)
+    assert not wrong, f"wrong tokens on {wrong} of 40 unseen logit tables"
+
+
+# The sampling verifier is judged by its output distribution, not its tokens (any correct use of the
+# randomness is fine). Per case: the judge draws the drafts from the draft distributions, calls the
+# answer _SAMPLED_DRAWS times and tests (a) each position's token counts among the steps that reach
+# it against the target row (Pearson's chi-square, 4 degrees of freedom, every expected count >= 8),
+# (b) the share of the steps reaching draft j that keep it against beta_j = sum min(p_j, q_j)
+# (Hoeffding, exact), and (c) the shape of every step. Each test is set at _SAMPLED_DELTA, so a
+# correct verifier fails a grading with probability about (tests per case x cases) x _SAMPLED_DELTA
+# = 10 x 5e-8 < 1e-6 (the chi-square level is the usual large-sample one). The cases are drawn so that
+# the two usual mistakes show: resampling from p instead of the residual (the first token's counts
+# get a chi-square non-centrality of twice the threshold), and keeping a draft with probability
+# p(d) as if it were certain (right tokens, too few kept: the share moves by twice the bound).
+_SAMPLED_DRAWS = 1500
+_SAMPLED_CASES = 2
+_SAMPLED_DELTA = 5e-8
+_VOCAB = 5  # chi-square with 4 degrees of freedom: its tail has a closed form
+_MIN_AT_POSITION = 200  # positions reached fewer times are not tested on their own
+
+
+def _chi2_sf_4(x: float) -> float:
+    """P(X >= x) for a chi-square variable with 4 degrees of freedom."""
+    return math.exp(-x / 2) * (1 + x / 2)
+
+
+def _chi2_threshold(delta: float = _SAMPLED_DELTA) -> float:
+    lo, hi = 0.0, 200.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _chi2_sf_4(mid) > delta else (lo, mid)
+    return hi
+
+
+def _chi2(counts: list[int], probs: list[float]) -> float:
+    n = sum(counts)
+    return sum((c - n * p) ** 2 / (n * p) for c, p in zip(counts, probs))
+
+
+def _first_token_law(p: list[float], q: list[float], accept, residual) -> list[float]:
+    """The first emitted token's distribution when draft x ~ q is kept with accept(x) and otherwise
+    replaced by a draw from residual(x)."""
+    out = [0.0] * len(p)
+    for x, qx in enumerate(q):
+        if qx == 0:
+            continue
+        a = accept(x)
+        out[x] += qx * a
+        r = residual(x)
+        for t, rt in enumerate(r):
+            out[t] += qx * (1 - a) * rt
+    return out
+
+
+def _norm(v: list[float]) -> list[float]:
+    s = sum(v)
+    return [x / s for x in v] if s > 0 else [0.0] * len(v)
+
+
+def _random_dist(rng, vocab: int, zeros: int = 0, floor: float = 0.0) -> list[float]:
+    """A random distribution, peaked, with `zeros` impossible tokens; every other at least `floor`."""
+    w = _norm([rng.expovariate(1.0) ** 2 for _ in range(vocab)])
+    w = [(1 - floor * vocab) * x + floor for x in w]
+    for i in rng.sample(range(vocab), zeros):
+        w[i] = 0.0
+    return _norm(w)
+
+
+def _mistakes_visible(p0: list[float], q0: list[float], n: int) -> bool:
+    """True when two usual mistakes show over n steps: resampling from p instead of the residual
+    (the first token's chi-square gets a non-centrality of at least twice the threshold), and
+    keeping a draft with probability p(d) as if it were certain, as for an n-gram draft (the law of
+    the tokens stays right, but the share of first drafts kept moves by twice the Hoeffding bound)."""
+    resid = _norm([max(a - b, 0.0) for a, b in zip(p0, q0)])
+    right = _first_token_law(p0, q0, lambda x: min(1.0, p0[x] / q0[x]), lambda x: resid)
+    assert sum(abs(a - b) for a, b in zip(right, p0)) < 1e-9  # the theorem, on this case
+    from_p = _first_token_law(p0, q0, lambda x: min(1.0, p0[x] / q0[x]), lambda x: p0)
+    chi_ok = n * sum((b - a) ** 2 / a for a, b in zip(p0, from_p)) >= 2 * _chi2_threshold()
+    beta = sum(min(a, b) for a, b in zip(p0, q0))
+    kept_if_certain = sum(a * b for a, b in zip(p0, q0))  # a right law, but fewer drafts kept
+    return chi_ok and abs(kept_if_certain - beta) >= 2 * _hoeffding(n)
+
+
+def _hoeffding(n: int, delta: float = _SAMPLED_DELTA) -> float:
+    """The deviation of a mean of n draws in [0, 1] exceeded with probability at most delta."""
+    return math.sqrt(math.log(2 / delta) / (2 * n))
+
+
+def _sampled_case(rng, n: int = _SAMPLED_DRAWS) -> tuple[list[list[float]], list[list[float]]]:
+    """Target rows p (k+1, every token at least 4 %) and draft rows q (k, some with an impossible
+    token), k = 2, vocab 5, where the usual mistakes are visible."""
+    while True:
+        p = [_random_dist(rng, _VOCAB, floor=0.04) for _ in range(3)]
+        q = [_random_dist(rng, _VOCAB, zeros=rng.randint(0, 1)) for _ in range(2)]
+        beta = [sum(min(a, b) for a, b in zip(pi, qi)) for pi, qi in zip(p, q)]
+        if not 0.3 < beta[0] < 0.8 or beta[1] < 0.3:
+            continue  # enough steps reach position 1, and enough rejections at position 0
+        if _mistakes_visible(p[0], q[0], n):
+            return p, q
+
+
+def _draw(rng, dist: list[float]) -> int:
+    return rng.choices(range(len(dist)), weights=dist)[0]
+
+
+def judge_sampled_verifier(verify_sampled, rng, draws: int = _SAMPLED_DRAWS, cases: int = _SAMPLED_CASES):
+    """(failed tests, tests) of a sampling verifier on `cases` hidden cases; shape errors fail all."""
+    failed = tests = 0
+    for _ in range(cases):
+        p, q = _sampled_case(rng, draws)
+        k, vocab = len(q), len(p[0])
+        at = [[0] * vocab for _ in range(k + 1)]  # at[j][t]: steps whose token j was t
+        for _ in range(draws):
+            drafts = [_draw(rng, qi) for qi in q]
+            got = [int(t) for t in verify_sampled([list(r) for r in p], [list(r) for r in q], list(drafts),
+                                                   rng.randrange(2**31))]  # fmt: skip
+            if not 1 <= len(got) <= k + 1 or got[:-1] != drafts[: len(got) - 1]:
+                return tests + 1, tests + 1  # not a speculative step's shape: kept drafts, then one token
+            if not all(0 <= t < vocab for t in got):
+                return tests + 1, tests + 1
+            for j, t in enumerate(got):
+                at[j][t] += 1
+        for j in range(k + 1):
+            n = sum(at[j])
+            if n < _MIN_AT_POSITION:
+                continue
+            tests += 1
+            failed += _chi2(at[j], p[j]) > _chi2_threshold()
+        beta = [sum(min(a, b) for a, b in zip(pi, qi)) for pi, qi in zip(p, q)]
+        for j in range(k):  # of the steps that reach draft j, the share that keep it: beta_j
+            reached, kept = sum(at[j]), sum(at[j + 1])
+            if reached >= _MIN_AT_POSITION:
+                tests += 1
+                failed += abs(kept / reached - beta[j]) > _hoeffding(reached)
+    return failed, tests
+
+
+@hidden("04.verify_sampled")
+def _(verify_sampled, rng, scenario):
+    failed, tests = judge_sampled_verifier(verify_sampled, rng)
+    assert not failed, (
+        f"{failed} of {tests} statistical tests failed on unseen distributions (a correct verifier fails "
+        "one with probability under one in a million): the tokens, or how many drafts are kept, do not "
+        "follow the target's distribution"
+    )

@@ -74,6 +74,19 @@ class ModelRunner:
         self.config = self.model.config
         self.sampler = Sampler(device=device, seed=seed)
         self.block_size = 0
+        # Lab 04: a learner's greedy verifier `fn(draft_tokens, target_logits) -> tokens` (rows of
+        # logits as lists) in place of `accept_greedy`; None uses the engine's own.
+        self.verify_greedy = None
+
+    def _verify_with(self, drafts: list[int], rows) -> list[int]:
+        """Run `verify_greedy` on one request's rows and refuse an answer no step could emit."""
+        got = [int(t) for t in self.verify_greedy(list(drafts), rows.tolist())]
+        if not 1 <= len(got) <= len(drafts) + 1 or got[:-1] != list(drafts[: len(got) - 1]):
+            raise ValueError(
+                f"verify_greedy returned {len(got)} tokens for {len(drafts)} drafts: a step emits the "
+                "drafts it keeps (a prefix of them), then one token of the target's"
+            )
+        return got
 
     def kv_bytes_per_block(self, block_size: int) -> int:
         """Bytes one KV block takes across every layer."""
@@ -162,21 +175,26 @@ class ModelRunner:
                 logits = self.model.forward(input_ids, positions, meta, logits_rows)
                 params = [requests[r].sampling_params for r in sample_ids]
                 done = [requests[r].output_token_ids for r in sample_ids]
-                # Rows of sampled requests with drafts: decided together by rejection sampling.
-                checked: dict[str, list[int]] = {}
+                # The rows of each request with drafts; a sampled one's are decided together by
+                # rejection sampling, so the sampler does not draw them one by one.
+                spec_rows: dict[str, list[int]] = {}
                 for i, rid in enumerate(sample_ids):
-                    if rid in so.scheduled_spec_tokens and not params[i].greedy:
-                        checked.setdefault(rid, []).append(i)
-                skip = {i for rows in checked.values() for i in rows}
+                    if rid in so.scheduled_spec_tokens:
+                        spec_rows.setdefault(rid, []).append(i)
+                skip = {i for rid, rows in spec_rows.items() if not params[rows[0]].greedy for i in rows}
                 tokens = self.sampler.sample(logits, sample_ids, params, done, skip=skip)
                 for rid, token in zip(sample_ids, tokens):
                     out.sampled_token_ids.setdefault(rid, []).append(token)
                 for rid, drafts in so.scheduled_spec_tokens.items():
-                    if rid in checked:
-                        rows = logits[checked[rid]]
-                        p = requests[rid].sampling_params
+                    if rid not in spec_rows:
+                        continue
+                    p = requests[rid].sampling_params
+                    if not p.greedy:
+                        rows = logits[spec_rows[rid]]
                         out.sampled_token_ids[rid] = self.sampler.accept_sampled(rows, drafts, rid, p)
-                    elif rid in out.sampled_token_ids:
+                    elif self.verify_greedy is not None:
+                        out.sampled_token_ids[rid] = self._verify_with(drafts, logits[spec_rows[rid]])
+                    else:
                         out.sampled_token_ids[rid] = accept_greedy(drafts, out.sampled_token_ids[rid])
             else:  # only partial prefill chunks: fill the cache, sample nothing
                 self.model.forward(input_ids, positions, meta, logits_rows[:0])

@@ -1,4 +1,4 @@
-"""Turn logits into next tokens: greedy rows in one argmax, sampled rows with their own generator."""
+"""Turn logits into next tokens: greedy rows in one argmax, sampled rows in one batched draw."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ def apply_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.T
         logits = logits.clone()
         logits[order[drop]] = float("-inf")
     return logits
+
+
+_BLOCK = 256  # tokens per block of the two-level inverse-CDF draw (49,152 = 192 x 256)
 
 
 class Sampler:
@@ -68,7 +71,6 @@ class Sampler:
         Sampled rows listed in `skip` are not drawn (their argmax stands in): speculative rows of a
         sampled request, which `accept_sampled` decides together.
         """
-        import torch
 
         processed = [i for i, p in enumerate(params) if p.logits_processors]
         if processed:
@@ -78,21 +80,74 @@ class Sampler:
                 for fn in params[i].logits_processors:
                     logits[i] = fn(done, logits[i])
         tokens = logits.argmax(dim=-1)  # greedy for every row; sampled rows overwrite theirs
-        sampled_rows = [i for i, p in enumerate(params) if not p.greedy and i not in skip]
-        if sampled_rows:
+        rows = [i for i, p in enumerate(params) if not p.greedy and i not in skip]
+        if rows:
             tokens = tokens.clone()
-            for i in sampled_rows:
-                p = params[i]
-                row = apply_top_k_top_p(logits[i] / p.temperature, p.top_k, p.top_p)
-                probs = row.softmax(-1)
-                if not _usable(probs):
-                    # A temperature so small that logits / T overflow (inf - inf = NaN), or a row
-                    # of NaN logits: sampling is undefined, so take the most likely token instead
-                    # of letting multinomial raise and fail every request in the batch.
-                    tokens[i] = int(torch.nan_to_num(logits[i], nan=float("-inf")).argmax())
-                    continue
-                tokens[i] = torch.multinomial(probs, 1, generator=self._generator(request_ids[i], p))[0]
+            tokens[rows] = self._draw(logits, rows, request_ids, params)
         return tokens.tolist()
+
+    def _uniforms(self, rows: list[int], request_ids: list[str], params: list[SamplingParams]):
+        """One uniform number in [0, 1) per sampled row: a seeded request's from its own generator
+        (so its tokens do not depend on its neighbours), the others' from the shared one in one call."""
+        import torch
+
+        u = torch.empty(len(rows), dtype=torch.float64)
+        shared = [j for j, i in enumerate(rows) if params[i].seed is None]
+        if shared:
+            u[shared] = torch.rand(len(shared), generator=self.default_generator, dtype=torch.float64)
+        for j, i in enumerate(rows):
+            if params[i].seed is not None:
+                u[j] = float(torch.rand((), generator=self._generator(request_ids[i], params[i])))
+        return u
+
+    def _draw(
+        self, logits: torch.Tensor, rows: list[int], request_ids: list[str], params: list[SamplingParams]
+    ) -> torch.Tensor:
+        """Sample one token for each of `rows` in a few batched ops (vLLM samples a batch at once).
+
+        Inverse-CDF sampling in two levels: the probabilities softmax(logits / T) of every row at
+        once, their sums over blocks of 256 tokens, the block where the running sum of blocks
+        passes u, then the token inside that block where the running sum passes what is left. Each
+        row needs one random number u, not a Python pass over 49,152 logits, and a running sum over
+        256 + 192 values, not 49,152. The token follows softmax(logits / T) as multinomial would
+        draw it.
+        """
+        import torch
+
+        sub = logits if len(rows) == logits.shape[0] else logits[rows]  # (R, vocab)
+        temps = torch.tensor([params[i].temperature for i in rows], dtype=sub.dtype, device=sub.device)
+        scaled = sub / temps.unsqueeze(1)  # (R, vocab), a new tensor: the logits stay as they were
+        for j, i in enumerate(rows):  # top-k / top-p rows only (rare): mask outside the kept set
+            p = params[i]
+            if p.top_k or p.top_p < 1.0:
+                scaled[j] = apply_top_k_top_p(scaled[j], p.top_k, p.top_p)
+        probs = scaled.softmax(dim=-1)  # (R, vocab)
+        num_rows, vocab = probs.shape
+        width = _BLOCK
+        if vocab % width:  # pad with zero-probability tokens to whole blocks
+            probs = torch.nn.functional.pad(probs, (0, width - vocab % width))
+        blocks = probs.view(num_rows, -1, width)  # (R, nb, width)
+        block_cdf = blocks.sum(dim=-1).cumsum(dim=-1)  # (R, nb)
+        total = block_cdf[:, -1]  # (R,), 1 up to rounding; NaN for a row with no distribution
+        u = self._uniforms(rows, request_ids, params).to(sub.device, sub.dtype)
+        target = (u * total).unsqueeze(1)  # (R, 1)
+        b = torch.searchsorted(block_cdf, target, right=True).clamp_(max=blocks.shape[1] - 1)  # (R, 1)
+        before = torch.where(b > 0, block_cdf.gather(1, (b - 1).clamp(min=0)), torch.zeros_like(target))
+        inner_cdf = blocks[torch.arange(num_rows, device=sub.device), b.squeeze(1)].cumsum(
+            dim=-1
+        )  # (R, width)
+        # Rounding may put what is left a hair past the block's own sum: keep it inside, so the
+        # token found always has probability > 0.
+        left = torch.minimum(target - before, inner_cdf[:, -1:] * (1 - 2**-20))
+        t = torch.searchsorted(inner_cdf, left, right=True).clamp_(max=width - 1)  # (R, 1)
+        drawn = (b * width + t).squeeze(1)  # (R,)
+        # A row of NaN logits, or a temperature so small that logits / T overflow: sampling is
+        # undefined, so take the most likely token instead of failing every request in the batch.
+        bad = ~torch.isfinite(total) | (total <= 0) | (drawn >= vocab)
+        if bool(bad.any()):
+            fallback = torch.nan_to_num(sub, nan=float("-inf")).argmax(dim=-1)
+            drawn = torch.where(bad, fallback, drawn.clamp(max=vocab - 1))
+        return drawn
 
     def accept_sampled(
         self, logits: torch.Tensor, drafts: list[int], request_id: str, params: SamplingParams

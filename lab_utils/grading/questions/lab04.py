@@ -235,3 +235,41 @@ def _(sweep_throughput):
     got = {int(k): float(v) for k, v in dict(sweep_throughput({1: one})).items()}
     assert set(got) == {1}, "one throughput per max_num_seqs in the sweep"
     assert 0 < got[1] < 4, "output tokens per second: a prompt's tokens are not output tokens"
+
+
+# --- 04.verify_greedy / 04.verify_sampled: the verification step of speculative decoding ----------
+
+# The engine's own verifiers: an answer may neither be nor call them.
+_VERIFIERS = refs("speculative_verifiers")  # lab_utils/grading/forbidden.py
+
+
+@question("04.verify_greedy", points=2, answers=["verify_greedy"], forbid=_VERIFIERS)
+def _(verify_greedy):
+    """verify_greedy(draft_tokens, target_logits): the tokens one greedy speculative step emits, where
+    target_logits[j] is the target's row of logits after the real tokens and the first j drafts."""
+    rows = [[0.1, 2.0, 0.3], [1.5, 0.2, 0.1], [0.0, 0.1, 0.9]]
+    got = [int(t) for t in verify_greedy([1, 0], [list(r) for r in rows])]
+    assert 1 <= len(got) <= 3, "a step emits at least one token and at most one per draft plus one"
+    assert got[:1] == [1], "the first token is always the one the target itself would pick first"
+    one = [int(t) for t in verify_greedy([2], [list(rows[0]), list(rows[1])])]
+    assert len(one) == 1, "a draft the target disagrees with is not kept, nor is anything after it"
+
+
+@question("04.verify_sampled", points=3, answers=["verify_sampled"], forbid=_VERIFIERS)
+def _(verify_sampled):
+    """verify_sampled(target_probs, draft_probs, draft_tokens, seed): one sampled speculative step
+    (rejection sampling) whose tokens follow the target's distribution exactly."""
+    p = [[0.5, 0.3, 0.2], [0.2, 0.2, 0.6], [0.1, 0.8, 0.1]]
+    got = [int(t) for t in verify_sampled([list(r) for r in p], [list(r) for r in p], [0, 2], 7)]
+    assert len(got) == 3 and got[:2] == [0, 2], (
+        "a draft model that proposes from the target's own distribution is always right: every draft "
+        "is kept, and one more token follows"
+    )
+    q = [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
+    p0 = [[0.6, 0.4, 0.0], [0.2, 0.2, 0.6], [0.1, 0.8, 0.1]]
+    for seed in range(3):
+        got = [int(t) for t in verify_sampled([list(r) for r in p0], [list(r) for r in q], [2, 0], seed)]
+        assert len(got) == 1 and got[0] in (0, 1), (
+            "a draft the target gives no probability is never kept, and the token that replaces it "
+            "is one the target can produce"
+        )
