@@ -134,7 +134,7 @@ def judge_question(q: Question, ctx: Context) -> Result:
             elif status == ERROR and message.startswith("your answer raised "):
                 message = _type_only(message)
             return Result(q.id, q.points, 0.0, status, message)
-        return result_for(q, round(public * frac, 6))
+        return result_for(q, round(public * frac, 6), message)
     finally:
         runner.close()
 
@@ -178,7 +178,7 @@ def score_in_process(q: Question, namespace: dict, seed: int) -> Result:
             message = f"passes the public check but not the grader's unseen cases: {message}"
         return Result(q.id, q.points, 0.0, status, message)
     public_frac = public.earned / q.points if q.points else 0.0
-    return result_for(q, round(public_frac * frac, 6))
+    return result_for(q, round(public_frac * frac, 6), message)
 
 
 score_graded = score_in_process  # the name the course's tests know

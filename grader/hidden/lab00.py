@@ -149,14 +149,31 @@ def _ids_case(tok, rng):
 def _(stream_deltas, rng, scenario):
     tok = _tokenizer()
     cases = [_ids_case(tok, rng) for _ in range(16)]
-    passed = 0
+    passed, why = 0, []
     for p, o, stop in cases:
         try:
             got = [str(d) for d in stream_deltas(tok, list(p), list(o), list(stop))]
         except (TypeError, ValueError):
+            why.append("it raised on some token sequences")
             continue
-        passed += got == _reference_deltas(tok, p, o, stop)
-    return partial(passed, len(cases), "token sequences")
+        want = _reference_deltas(tok, p, o, stop)
+        passed += got == want
+        if got != want:
+            why.append(_what_differs(tok, p, o, stop, got, want))
+    return partial(passed, len(cases), "token sequences", max(set(why), key=why.count) if why else "")
+
+
+def _what_differs(tok, prompt_ids, output_ids, stop, got: list[str], want: list[str]) -> str:
+    """The rule a wrong stream broke, in words (never the expected deltas)."""
+    if len(got) != len(want):
+        return "one delta per generated token"
+    if "".join(got) != "".join(want):
+        return "the joined deltas: the text after the prompt, no special tokens, ending before the first stop string"
+    new = list(output_ids)[len(prompt_ids) :]
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g != w and tok.decode(new[: i + 1], skip_special_tokens=True).endswith("\ufffd"):
+            return "a token whose text ends in an incomplete character sends nothing, not even the complete characters before it"
+    return "text that may still become a stop string waits for the next token"
 
 
 def _read_params(c: dict) -> int:

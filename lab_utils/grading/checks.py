@@ -31,14 +31,25 @@ def frac_wrong(n_wrong: int, n: int, what: str = "unseen cases") -> None:
     assert not n_wrong, f"wrong on {n_wrong} of {n} {what}"
 
 
-def partial(passed: int, total: int, what: str) -> float | None:
+class Partly(float):
+    """A fraction of the points that says what was wrong (`hint`): the property that failed, never
+    an expected value. The feedback of a "partly right" shows it."""
+
+    hint: str = ""
+
+
+def partial(passed: int, total: int, what: str, failed: str = "") -> float | None:
     """Partial credit: None (full marks) when all passed, the passed fraction otherwise, and a failure
-    when none passed."""
+    when none passed. `failed` names the property the failing cases test ("a token that ends in half
+    a character"), so a partly right answer knows what to look at; never their values."""
+    why = f": {failed}" if failed else ""
     if passed == total:
         return None
     if passed == 0:
-        raise AssertionError(f"wrong on all {total} unseen {what}")
-    return passed / total
+        raise AssertionError(f"wrong on all {total} unseen {what}{why}")
+    out = Partly(passed / total)
+    out.hint = f"right on {passed} of {total} unseen {what}{why}"
+    return out
 
 
 def inside(fn, *args, **kwargs):

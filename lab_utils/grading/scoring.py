@@ -199,13 +199,14 @@ def check_fraction(fraction) -> tuple[float | None, str, str]:
         frac = float(fraction)
     except (TypeError, ValueError):
         return None, ERROR, "check returned a non-number (a bug in the check)"
-    return min(1.0, max(0.0, frac)), "", ""
+    return min(1.0, max(0.0, frac)), "", str(getattr(fraction, "hint", "") or "")[:300]
 
 
-def result_for(q: Question, frac: float) -> Result:
-    """The Result of question `q` for a fraction of its points."""
+def result_for(q: Question, frac: float, message: str = "") -> Result:
+    """The Result of question `q` for a fraction of its points (`message`: what a partly right answer
+    got wrong)."""
     status = CORRECT if frac == 1.0 else (PARTIAL if frac > 0 else WRONG)
-    return Result(q.id, q.points, round(q.points * frac, 4), status, "")
+    return Result(q.id, q.points, round(q.points * frac, 4), status, message if status == PARTIAL else "")
 
 
 def _prepare(q: Question, namespace: dict) -> tuple[dict | None, Result | None, list]:
@@ -251,4 +252,4 @@ def score(q: Question, namespace: dict) -> Result:
     frac, status, message = _run(q, q.fn, values, {}, forbidden)
     if frac is None:
         return Result(q.id, q.points, 0.0, status, message)
-    return _result(q, frac)
+    return _result(q, frac, message)

@@ -118,7 +118,9 @@ def _(request_prompt_tokens):
 @question("00.stream_deltas", points=2, answers=["stream_deltas"])
 def _(stream_deltas):
     """stream_deltas(tokenizer, prompt_ids, output_ids, stop): the text each new token adds to a stream
-    that ends before the first stop string."""
+    that ends before the first stop string. A token whose text ends in an incomplete character sends
+    nothing, not even the complete characters before it; text that may still become a stop string
+    waits for the next token."""
     tok = _tokenizer()
     prompt = tok("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")["input_ids"]
     reply = tok("Hello 👋 there.")["input_ids"]
@@ -129,6 +131,11 @@ def _(stream_deltas):
     assert "<|im_end|>" not in "".join(deltas), "leave out the special tokens the template and the model emit"
     assert not any("\ufffd" in d for d in deltas), (
         "a client shows each delta at once: never send half a character (look at the emoji's tokens)"
+    )
+    half = [i for i in range(1, len(reply)) if tok.decode(reply[: i + 1]).endswith("\ufffd")]
+    assert half and all(deltas[i] == "" for i in half), (
+        "a token whose text ends in an incomplete character sends nothing, not even the complete "
+        "characters before it (the space before the emoji waits for the emoji)"
     )
     assert "".join(deltas) == "Hello 👋 there.", "the deltas, joined, are the reply's text"
     cut = [str(d) for d in stream_deltas(tok, list(prompt), list(out), ["there!", "."])]

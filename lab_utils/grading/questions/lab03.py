@@ -10,6 +10,7 @@ the judge's key and compare with the course's simulator.
 from __future__ import annotations
 
 import math
+import time
 
 from lab_utils.grading.checks import close, inside
 from lab_utils.grading.forbidden import refs
@@ -218,12 +219,23 @@ _PUBLIC_TRITON = {
 }
 
 
+CALL_BUDGET_S = 2.0  # per call of choose_batcher, in the notebook (the solution takes about 0.3 s)
+
+
 @question("03.dynamic_batcher", points=3, answers=["choose_batcher"])
 def _(choose_batcher):
     """choose_batcher(scenario) -> (max_queue_delay_us, preferred_batch_size): reach the mean batch
-    with the lowest p99 (the grader replays it on its own scenarios)."""
+    with the lowest p99 (the grader replays it on its own scenarios). Each call may take at most
+    2 s here (the grader calls it a dozen times, with its call watch on, in one time limit)."""
     for case in (dict(_PUBLIC_TRITON), dict(_PUBLIC_TRITON, triton_max_batch_size=8)):
-        delay, pref = _batcher_choice(choose_batcher(dict(case)))
+        started = time.monotonic()
+        choice = choose_batcher(dict(case))
+        took = time.monotonic() - started
+        assert took <= CALL_BUDGET_S, (
+            f"one call took {took:.1f} s: the budget is {CALL_BUDGET_S:.0f} s a call; search fewer settings "
+            "(the p99 changes little between nearby delays)"
+        )
+        delay, pref = _batcher_choice(choice)
         assert 0 <= delay <= 1_000_000, "a delay in microseconds, at most a second"
         assert all(1 <= p <= case["triton_max_batch_size"] for p in pref), (
             "preferred sizes lie between 1 and the scenario's max_batch_size"
