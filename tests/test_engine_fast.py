@@ -200,3 +200,32 @@ def test_course_model_readable_and_fast_paths_agree_with_transformers(course_mod
             course_model, fast=fast, max_num_seqs=4, num_kv_blocks=64, dtype="float32", device="cpu"
         )
         assert [o.outputs[0].token_ids for o in eng.generate(prompts, params)] == expected, f"fast={fast}"
+
+
+def test_a_draft_model_proposer_feeds_the_same_verification(tiny_model):
+    """The target drafting for itself: every greedy draft is kept, the tokens are those of one-token
+    steps, in fewer steps; sampled requests run through the same rejection sampler."""
+    from lab_utils.engine.spec_decode import DraftModelProposer
+
+    gen = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(1, 512, (n,), generator=gen).tolist() for n in (3, 21, 9)]
+    greedy = SamplingParams(temperature=0, max_tokens=13, ignore_eos=True)
+
+    def engine():
+        return LLMEngine(tiny_model, tokenizer=Ids(), fast=False, block_size=16, num_kv_blocks=64,
+                         max_num_seqs=4, dtype="float32", device="cpu")  # fmt: skip
+
+    plain = engine()
+    want = [o.outputs[0].token_ids for o in plain.generate(prompts, greedy)]
+    spec = engine()
+    spec.proposer = DraftModelProposer(tiny_model, num_speculative_tokens=3, max_model_len=512)
+    got = [o.outputs[0].token_ids for o in spec.generate(prompts, greedy)]
+    assert got == want
+    drafted = sum(s.num_spec_tokens for s in spec.snapshots)
+    assert drafted > 0 and sum(s.num_accepted_tokens for s in spec.snapshots) == drafted
+    assert len(spec.snapshots) < len(plain.snapshots)
+    free = spec.kv_cache_manager.num_free_blocks
+    sampled = SamplingParams(temperature=0.8, max_tokens=10, ignore_eos=True, seed=3)
+    outs = spec.generate(prompts, sampled)
+    assert [len(o.outputs[0].token_ids) for o in outs] == [10, 10, 10]
+    assert spec.kv_cache_manager.num_free_blocks == free  # rejected drafts' slots were given back

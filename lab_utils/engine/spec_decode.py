@@ -1,4 +1,4 @@
-"""Speculative decoding with n-gram drafts ("prompt lookup"), as vLLM's `method="ngram"`.
+"""Speculative decoding: n-gram drafts ("prompt lookup", vLLM's `method="ngram"`) or a draft model.
 
 A decode step reads every weight of the model to produce one token per request. If we can guess
 the next few tokens cheaply, one step can compute the real token *and* check the guesses: the
@@ -18,6 +18,9 @@ and then no drafts are proposed and the step is an ordinary decode.
     vLLM: LLM(..., speculative_config={"method": "ngram", "num_speculative_tokens": 4,
                                        "prompt_lookup_min": 2, "prompt_lookup_max": 4})
 
+`DraftModelProposer` drafts with a smaller model of the same tokenizer instead (vLLM's
+`speculative_config={"model": DIR, ...}`); both proposers feed the same verification below.
+
 Requests without logits processors or stop strings get drafts (those others decode one token
 per step). Greedy requests keep drafts while they equal the argmax (`accept_greedy`); sampled
 requests keep them by rejection sampling (`Sampler.accept_sampled`, as vLLM's rejection sampler
@@ -31,7 +34,35 @@ from collections.abc import Iterable
 from typing import Any
 
 
-class NgramProposer:
+class Proposer:
+    """What the engine asks of a proposer (n-gram or draft model): drafts per request, within limits.
+
+    Both kinds feed the same verification: greedy requests keep drafts while they equal the
+    target's argmax (`accept_greedy`), sampled ones by rejection sampling (`Sampler.accept_sampled`).
+    """
+
+    def propose(self, request_id: str, token_ids: list[int], max_drafts: int | None = None) -> list[int]:
+        raise NotImplementedError
+
+    def forget(self, request_id: str) -> None:
+        """Drop what is kept for a finished request (nothing by default)."""
+
+    def propose_for(self, requests: Iterable[Any], max_model_len: int) -> None:
+        """Set `spec_token_ids` on each request that may speculate, within its length limits.
+
+        A request may speculate when it has no logits processors or stop strings (greedy or
+        sampled). Drafts never take it past `max_tokens` or `max_model_len`: a step adds at most
+        one token beyond its drafts.
+        """
+        for req in requests:
+            params = req.sampling_params
+            if req.is_finished or params.logits_processors or params.stop_strings:
+                continue
+            room = min(params.max_tokens - req.num_output_tokens, max_model_len - req.num_tokens) - 1
+            req.spec_token_ids = self.propose(req.request_id, req.all_token_ids, room) if room > 0 else []
+
+
+class NgramProposer(Proposer):
     """Drafts for each request from the most recent earlier occurrence of its last n tokens.
 
     Per request it keeps a map from every n-gram seen so far (for each n) to the position right
@@ -87,16 +118,78 @@ class NgramProposer:
         """Drop a finished request's index."""
         self._index.pop(request_id, None)
 
-    def propose_for(self, requests: Iterable[Any], max_model_len: int) -> None:
-        """Set `spec_token_ids` on each request that may speculate, within its length limits.
 
-        A request may speculate when it has no logits processors or stop strings (greedy or
-        sampled). Drafts never take it past `max_tokens` or `max_model_len`: a step adds at most
-        one token beyond its drafts.
-        """
-        for req in requests:
-            params = req.sampling_params
-            if req.is_finished or params.logits_processors or params.stop_strings:
-                continue
-            room = min(params.max_tokens - req.num_output_tokens, max_model_len - req.num_tokens) - 1
-            req.spec_token_ids = self.propose(req.request_id, req.all_token_ids, room) if room > 0 else []
+class DraftModelProposer(Proposer):
+    """Drafts from a smaller model with the target's tokenizer: its greedy tokens, k ahead.
+
+        engine = LLMEngine()
+        engine.proposer = DraftModelProposer(DRAFT_DIR, num_speculative_tokens=3)
+    vLLM: LLM(..., speculative_config={"model": DRAFT_DIR, "num_speculative_tokens": 3})
+
+    Written to be read, not to be fast: the draft keeps no cache between steps. Each proposal runs
+    the draft over the request's whole history once (a prefill into its own scratch cache), then
+    k - 1 one-token steps, so a draft of L layers costs about L/target-layers of a target step per
+    draft token *plus* the re-read history. vLLM keeps the draft's KV cache across steps.
+
+    The drafts are the draft's greedy tokens. A sampled request checks them as point masses, as it
+    checks n-gram drafts (kept with the target's probability of the token): its tokens still follow
+    the target's distribution exactly; vLLM samples drafts and hands the draft's probabilities q
+    to its rejection sampler (keep with min(1, p/q)), which keeps more of them.
+    """
+
+    def __init__(
+        self,
+        model,
+        num_speculative_tokens: int,
+        device: str = "cpu",
+        dtype=None,
+        max_model_len: int = 2048,
+        block_size: int = 16,
+    ) -> None:
+        if num_speculative_tokens < 1:
+            raise ValueError(f"num_speculative_tokens must be >= 1, got {num_speculative_tokens}")
+        import torch
+
+        from .llama import LlamaModel
+
+        self.k = num_speculative_tokens
+        with torch.inference_mode():
+            self.model = LlamaModel(model, device=device, dtype=dtype)
+        self.max_len = min(max_model_len, self.model.config.max_position_embeddings)
+        self.num_blocks = -(-self.max_len // block_size)
+        self.model.allocate_kv_cache(self.num_blocks, block_size)
+        self.block_size = block_size
+        self.num_forward_tokens = 0  # tokens the draft has run, for its cost
+
+    def propose(self, request_id: str, token_ids: list[int], max_drafts: int | None = None) -> list[int]:
+        """Up to `num_speculative_tokens` (and `max_drafts`) greedy tokens of the draft after `token_ids`."""
+        import torch
+
+        from .llama import AttentionMetadata
+
+        k = self.k if max_drafts is None else min(self.k, max_drafts)
+        k = min(k, self.max_len - len(token_ids))
+        if k < 1 or not token_ids:
+            return []
+        dev = self.model.device
+        table = torch.arange(self.num_blocks, dtype=torch.long, device=dev).unsqueeze(0)  # (1, blocks)
+        ids, start, drafts = list(token_ids), 0, []
+        with torch.inference_mode():
+            for _ in range(k):
+                # Positions start..len(ids)-1 are new; the scratch cache's slot of position i is i.
+                new = torch.arange(start, len(ids), dtype=torch.long, device=dev)
+                meta = AttentionMetadata(
+                    slot_mapping=new,
+                    query_start_loc=[0, len(new)],
+                    seq_lens=[len(ids)],
+                    block_table=table,
+                    num_decodes=1 if len(new) == 1 else 0,
+                )
+                inputs = torch.tensor(ids[start:], dtype=torch.long, device=dev)
+                last = torch.tensor([len(new) - 1], dtype=torch.long, device=dev)
+                logits = self.model.forward(inputs, new, meta, last)  # (1, vocab)
+                self.num_forward_tokens += len(new)
+                drafts.append(int(logits[0].argmax()))
+                start = len(ids)
+                ids.append(drafts[-1])
+        return drafts
