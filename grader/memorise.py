@@ -8,6 +8,10 @@ checks used. CI grades it under another seed and requires at most a tenth of the
 
     answers = memorised_answers("05", load_answers(folder)[0])
     results = [score_graded(q, answers, seed=other) for q in questions_for("05")]
+
+The other bypass students: `imported_answers` (the references themselves), `pasted_answers` (their
+source pasted in), `runtime_copy_answers` (their source exec-ed at run time), and
+`copied_prediction_answers`.
 """
 
 from __future__ import annotations
@@ -175,6 +179,46 @@ def pasted_answers(lab: str, answers: dict):
                 continue
             fake[name] = namespace[name]
             cells.append(code)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    return fake, nb
+
+
+def runtime_copy_answers(lab: str, answers: dict):
+    """Every forbidden reference copied at run time: its module's source read with
+    `inspect.getsource` and `exec`-ed in the notebook, the copy then handed in under the answer's
+    name (the rest memorised). The notebook holds only the `exec` lines, so the syntax-tree check
+    sees no paste: the sandboxed runner must know the copy by its code (lab_utils.grading.absent).
+
+    Returns (answers, notebook) like `pasted_answers`."""
+    import textwrap
+
+    import nbformat
+
+    fake = memorised_answers(lab, answers)
+    cells = []
+    for q in questions_for(lab):
+        for name, spec in zip(q.answers, q.forbid):
+            ref = _resolve(spec)
+            ref = getattr(ref, "fget", None) or ref
+            try:
+                src = textwrap.dedent(inspect.getsource(ref))
+            except (OSError, TypeError):
+                continue
+            namespace = dict(vars(sys.modules[ref.__module__]))  # the module's globals, as exec(..., vars(m))
+            namespace["__name__"] = "__main__"
+            try:
+                exec(compile(src, f"<runtime copy of {spec}>", "exec"), namespace)
+                copy = namespace[ref.__name__]
+            except Exception:
+                continue
+            fake[name] = copy
+            module, _, attr = spec.partition(":")
+            cells.append(
+                f"import importlib, inspect\n_m = importlib.import_module({module!r})\n"
+                f"exec(inspect.getsource(_m.{attr}), vars(_m) | {{'__name__': '__main__'}})\n"
+                f"{name} = {ref.__name__}"
+            )
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
     return fake, nb

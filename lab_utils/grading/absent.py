@@ -214,9 +214,10 @@ def reachable_codes(value, budget: int = 20_000) -> list[types.CodeType]:
         elif isinstance(obj, dict):
             stack.extend(list(obj.values())[:1000])
         else:
-            func = getattr(obj, "func", None)  # functools.partial
-            if callable(func):
-                stack.append(func)
+            for attr in ("func", "__wrapped__"):  # functools.partial, lru_cache and other wrappers
+                inner = getattr(obj, attr, None) if not isinstance(obj, (str, bytes, int, float)) else None
+                if callable(inner):
+                    stack.append(inner)
     return out
 
 
