@@ -284,3 +284,44 @@ def test_a_pasted_hidden_reference_is_refused_without_naming_it(tmp_path):
         assert str(info.value) == HIDDEN_LABEL and ref.__name__ not in str(info.value)
     finally:
         runner.close()
+
+
+@pytest.mark.skipif(bool(__import__("grader.sandbox").sandbox.sandbox_problem()), reason="no sandbox")
+def test_in_the_sandbox_the_original_source_is_not_on_disk(tmp_path):
+    """The sandbox binds the question's library copy over the course library: reading the
+    reference's file by its real path gives the stub, and loading it by path gives the stub too."""
+    import lab_utils.kv.workload as m
+    from grader.sandbox import Sandbox
+
+    folder = _answers(
+        tmp_path / "answers",
+        f"""
+        import importlib.util, sys
+        def answer(w):
+            text = open({m.__file__!r}).read()
+            assert "def never_used_fraction(*args, **kwargs)" in text, "the original source is visible"
+            spec = importlib.util.spec_from_file_location("lab_utils.kv.by_path", {m.__file__!r})
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = mod
+            spec.loader.exec_module(mod)
+            return mod.never_used_fraction(w)
+        """,
+    )
+    q = _question((NEVER_USED,))
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
+    runner = Runner(
+        folder,
+        list(q.forbid),
+        Sandbox(),
+        sys.executable,
+        env,
+        tmp_path / "r.log",
+        timeout=60,
+        library=library_for(q.forbid),
+        prints=fingerprints(q),
+    )
+    try:
+        with pytest.raises(UsesReference):
+            runner.answer("answer")(W)
+    finally:
+        runner.close()
