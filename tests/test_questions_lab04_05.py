@@ -57,6 +57,7 @@ FUNCTION_QUESTIONS = {
     "04.throughput_vs_batch": "sweep_throughput",
     "04.verify_greedy": "verify_greedy",
     "04.verify_sampled": "verify_sampled",
+    "04.spec_speedup": "predicted_spec",
     "05.best_completion": "best_completion",
     "05.client_kwargs": "client_kwargs",
     "05.kv_cache_tokens": "kv_cache_tokens",
@@ -211,6 +212,12 @@ def _wrong_answers() -> dict[str, dict]:
     return {
         "04.verify_greedy": {"verify_greedy": no_bonus_token},
         "04.verify_sampled": {"verify_sampled": resample_from_p},
+        "04.spec_speedup": {  # every draft counted as if each were kept independently
+            "predicted_spec": lambda c: (
+                1 + sum(c["acceptance"]),
+                (1 + sum(c["acceptance"])) / (c["verify_cost"] + len(c["acceptance"]) * c["draft_cost"]),
+            )
+        },
         "04.slot_spans": {"slot_spans": one_run_per_block},
         "04.kv_capacity_tokens": {
             "kv_capacity_tokens":  # K only, no rounding to blocks

@@ -484,3 +484,28 @@ def _(verify_sampled, rng, scenario):
         "one with probability under one in a million): the tokens, or how many drafts are kept, do not "
         "follow the target's distribution"
     )
+
+
+def _ref_spec(case: dict) -> tuple[float, float]:
+    reach, tokens = 1.0, 1.0
+    for a in case["acceptance"]:
+        reach *= a  # draft j is emitted only if every draft before it was kept too
+        tokens += reach
+    cost = case["verify_cost"] + len(case["acceptance"]) * case["draft_cost"]
+    return tokens, tokens / cost
+
+
+@hidden("04.spec_speedup")
+def _(predicted_spec, rng, scenario):
+    wrong = 0
+    for _ in range(30):
+        k = rng.randint(1, 6)
+        case = {
+            "acceptance": [round(rng.uniform(0.2, 1.0), 3) for _ in range(k)],
+            "draft_cost": rng.choice([0.0, round(rng.uniform(0.01, 0.6), 3)]),
+            "verify_cost": round(rng.uniform(1.0, 1.6), 3),
+        }
+        t, s = (float(x) for x in predicted_spec({**case, "acceptance": list(case["acceptance"])}))
+        rt, rs = _ref_spec(case)
+        wrong += not (abs(t - rt) <= 1e-6 * rt and abs(s - rs) <= 1e-6 * rs)
+    assert not wrong, f"wrong on {wrong} of 30 unseen cases (tokens per step and speedup, 1e-6 relative)"

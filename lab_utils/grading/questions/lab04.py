@@ -273,3 +273,23 @@ def _(verify_sampled):
             "a draft the target gives no probability is never kept, and the token that replaces it "
             "is one the target can produce"
         )
+
+
+# --- 04.spec_speedup (predict, then the speculative run measures it) -----------------------------
+
+
+@question("04.spec_speedup", points=2, answers=["predicted_spec"], predict=True, forbid=refs("engine_runs"))
+def _(predicted_spec):
+    """predicted_spec(case) -> (tokens per step, speedup over one token per step), from the chance
+    that each draft position is kept once reached (case["acceptance"]), one draft token's cost
+    (case["draft_cost"]) and a verifying step's cost (case["verify_cost"]), both in target decode
+    steps."""
+    none = {"acceptance": [0.0, 0.0, 0.0], "draft_cost": 0.0, "verify_cost": 1.0}
+    t0, s0 = (float(x) for x in predicted_spec(dict(none)))
+    assert abs(t0 - 1.0) < 1e-9 and abs(s0 - 1.0) < 1e-9, (
+        "drafts that are never kept, free to make and free to check: one token a step, no gain"
+    )
+    good = {"acceptance": [0.9, 0.8, 0.7], "draft_cost": 0.05, "verify_cost": 1.1}
+    t1, s1 = (float(x) for x in predicted_spec(dict(good)))
+    assert 1.0 < t1 < 4.0, "with three drafts a step emits more than one token and at most four"
+    assert s1 < t1, "drafting and verifying cost something: the speedup is below the tokens per step"
