@@ -116,6 +116,42 @@ FACTS: dict[str, Fact] = {
         "--max-lora-rank takes only these values, and every adapter slot is sized by it (lab 12)",
         checked=f"{_VLLM}: vllm/config/lora.py, MaxLoRARanks",
     ),
+    # ---- speculative decoding and structured outputs (labs 04, 05, 11; issue 42) ----
+    "vllm.speculative_config_keys": Fact(
+        ("method", "model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"),
+        "--speculative-config takes method (ngram, draft_model, eagle, eagle3, mtp, ...), model (the "
+        "draft), num_speculative_tokens and, for n-gram, prompt_lookup_min/max",
+        checked=f"{_VLLM}: vllm/config/speculative.py, SpeculativeConfig's fields",
+    ),
+    "vllm.spec_decode_metrics": Fact(
+        (
+            "vllm:spec_decode_num_drafts",
+            "vllm:spec_decode_num_draft_tokens",
+            "vllm:spec_decode_num_accepted_tokens",
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+        ),
+        "vLLM counts drafts, draft tokens, accepted tokens and accepted tokens per draft position "
+        "(label `position`): acceptance per position is the last over the first",
+        checked=f"{_VLLM}: vllm/v1/spec_decode/metrics.py, the name= of each counter",
+    ),
+    "vllm.structured_outputs_backends": Fact(
+        ("auto", "xgrammar", "guidance", "outlines", "lm-format-enforcer"),
+        "--structured-outputs-config's backend is one of auto, xgrammar, guidance, outlines, "
+        "lm-format-enforcer",
+        checked=f"{_VLLM}: vllm/config/structured_outputs.py, StructuredOutputsBackend",
+    ),
+    "vllm.structured_outputs_default_backend": Fact(
+        "auto",
+        "the default backend is auto: vLLM validates the request against xgrammar first and uses it, "
+        "and falls back to guidance for what xgrammar cannot compile",
+        checked=f"{_VLLM}: StructuredOutputsConfig.backend and SamplingParams' 'auto' branch",
+    ),
+    "vllm.lm_format_enforcer_broken": Fact(
+        ("0.11.3", "vllm.transformers_utils.tokenizer"),
+        "lm-format-enforcer 0.11.3 cannot serve vLLM 0.32: its vLLM integration imports "
+        "vllm.transformers_utils.tokenizer, which vLLM no longer has (No module named ...)",
+        checked="lm-format-enforcer: lmformatenforcer/integrations/vllm.py against the installed vllm",
+    ),
     # ---- where vLLM 0.32's parts live (lab 04's map, lab 01's source reading, lab 05's server) ----
     "vllm.model_runner": Fact(
         {

@@ -145,6 +145,56 @@ def check_structured_fields(v):
     )
 
 
+def check_speculative_keys(v):
+    from vllm.config.speculative import SpeculativeConfig
+
+    return _missing(
+        "SpeculativeConfig fields", v, set(getattr(SpeculativeConfig, "__dataclass_fields__", {}))
+    )
+
+
+def check_spec_decode_metrics(v):
+    return _missing("spec-decode counters", v, set(re.findall(r'"(vllm:spec_decode_[a-z_]+)"', _src("v1/spec_decode/metrics.py"))))  # fmt: skip
+
+
+def check_structured_backends(v):
+    from typing import get_args
+
+    from vllm.config.structured_outputs import StructuredOutputsBackend
+
+    return _same("StructuredOutputsBackend", tuple(v), get_args(StructuredOutputsBackend))
+
+
+def check_structured_default(v):
+    from vllm.config.structured_outputs import StructuredOutputsConfig
+
+    problems = _same("StructuredOutputsConfig.backend", v, StructuredOutputsConfig().backend)
+    # auto: try xgrammar's validation, take xgrammar when it passes (guidance in the except branch)
+    tries = r'try:\s+validate_xgrammar_grammar\(self\)\s+self\.structured_outputs\._backend = "xgrammar"'
+    if not re.search(tries, _src("sampling_params.py")):
+        problems.append("SamplingParams' auto branch no longer tries xgrammar first")
+    return problems
+
+
+def check_lm_format_enforcer(v):
+    import importlib.metadata
+
+    version, module = v
+    try:
+        installed = importlib.metadata.version("lm-format-enforcer")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("lm-format-enforcer is not installed")
+    spec = importlib.util.find_spec("lmformatenforcer")
+    text = (Path(next(iter(spec.submodule_search_locations))) / "integrations" / "vllm.py").read_text()
+    problems = _same("lm-format-enforcer", version, installed)
+    if f"from {module} import" not in text:
+        problems.append(f"lmformatenforcer's vLLM integration no longer imports {module}")
+    _vllm_dir()
+    if importlib.util.find_spec(module) is not None:
+        problems.append(f"{module} exists in the installed vllm: the integration may work now")
+    return problems
+
+
 def check_api_key_env(v):
     return _missing("vllm/envs.py variables", (v,), set(re.findall(r'"(VLLM_[A-Z_]+)"', _src("envs.py"))))
 
@@ -472,6 +522,11 @@ CHECKS: dict[str, Callable[[Any], list[str]]] = {
     "vllm.structured_outputs_request_key": check_structured_request_key,
     "vllm.structured_outputs_fields": check_structured_fields,
     "vllm.api_key_env": check_api_key_env,
+    "vllm.speculative_config_keys": check_speculative_keys,
+    "vllm.spec_decode_metrics": check_spec_decode_metrics,
+    "vllm.structured_outputs_backends": check_structured_backends,
+    "vllm.structured_outputs_default_backend": check_structured_default,
+    "vllm.lm_format_enforcer_broken": check_lm_format_enforcer,
     "vllm.max_lora_ranks": check_max_lora_ranks,
     "vllm.kv_connectors": check_kv_connectors,
     "vllm.kv_offloading_cpu_error": check_kv_offloading_cpu_error,
