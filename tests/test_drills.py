@@ -79,7 +79,50 @@ def _independent(d: Drill) -> float:
         return (x["users"] - 1) * whole * x["kv_bytes_per_token"] / 1e9
     if d.kind == "cost_per_million":
         return x["price_per_gpu_hour"] * x["num_gpus"] / (x["tokens_per_s"] * 3600) * 1e6
+    moe = _independent_moe(d)
+    if moe is not None:
+        return moe
     raise AssertionError(f"no independent computation for kind {d.kind!r}")
+
+
+def _independent_moe(d: Drill) -> float | None:
+    """The MoE, MLA, expert-parallel and KV-transfer kinds, from the drill's inputs alone."""
+    x = d.inputs
+    if d.kind in ("moe_active_params", "moe_active_share"):
+        h, moe_layers = x["hidden"], x["layers"] - x["dense_layers"]
+        shared = (
+            2 * x["vocab"] * h
+            + x["layers"] * x["attn_params_per_layer"]
+            + x["dense_layers"] * 3 * h * x["dense_intermediate"]
+        )
+        per_expert_all_layers = moe_layers * 3 * h * x["expert_intermediate"]
+        active = shared + (x["top_k"] + x["shared_experts"]) * per_expert_all_layers
+        total = shared + (x["routed_experts"] + x["shared_experts"]) * per_expert_all_layers
+        return active / 1e9 if d.kind == "moe_active_params" else active / total
+    if d.kind == "mla_kv_bytes_per_token":
+        return x["layers"] * (x["kv_lora_rank"] + x["qk_rope_head_dim"]) * x["dtype_bytes"] / 1024
+    if d.kind == "mla_vs_gqa":  # layers and dtype cancel
+        return 2 * x["kv_heads"] * x["head_dim"] / (x["kv_lora_rank"] + x["qk_rope_head_dim"])
+    if d.kind in ("ep_alltoall_kib", "ep_alltoall_ms"):
+        remote = 1 - 1 / x["ep_size"]
+        sent = x["top_k"] * x["hidden"] * x["dispatch_bytes"] * remote
+        sent += x["top_k"] * x["hidden"] * x["combine_bytes"] * remote
+        if d.kind == "ep_alltoall_kib":
+            return sent / 1024
+        return sent * x["tokens"] / x["link_gb_s"] / 1e6
+    if d.kind in ("kv_transfer_mb", "kv_transfer_ms"):
+        tokens = (x["prompt_tokens"] + x["block_size"] - 1) // x["block_size"] * x["block_size"]
+        moved = tokens * 2 * x["layers"] * x["kv_heads"] * x["head_dim"] * x["dtype_bytes"]
+        return moved / 1e6 if d.kind == "kv_transfer_mb" else moved / x["link_gb_s"] / 1e6
+    if d.kind == "kv_load_crossover":  # N / p = o + N b / B  =>  N = o p B / (B - p b)
+        bw = x["tier_gb_s"] * 1e9
+        p, b = x["prefill_tokens_per_s"], x["kv_bytes_per_token"]
+        return x["overhead_s"] * p * bw / (bw - p * b)
+    if d.kind == "kv_load_saving_ms":
+        n = x["prompt_tokens"]
+        load = x["overhead_s"] + n * x["kv_bytes_per_token"] / (x["tier_gb_s"] * 1e9)
+        return (n / x["prefill_tokens_per_s"] - load) * 1e3
+    return None
 
 
 def test_same_seed_same_drills_and_other_seeds_differ():
@@ -117,7 +160,7 @@ def test_reference_answers_match_an_independent_computation(seed):
 
 def test_every_kind_is_reached():
     kinds = {d.kind for s in range(40) for d in make_drills(s, n=len(TOPICS))}
-    assert len(kinds) == 19, sorted(kinds)
+    assert len(kinds) == 19 + len(NEW_KINDS), sorted(kinds)
 
 
 def test_is_correct_uses_the_relative_tolerance():
@@ -185,3 +228,68 @@ def test_your_numbers_fills_in_recorded_figures_and_reports_missing_ones(tmp_pat
     assert (
         asks["decode_tokens_per_s"]["lab"] == "00" and "41.5 tokens/s" in asks["decode_tokens_per_s"]["text"]
     )
+
+
+# --- MoE, MLA, expert parallelism and KV beyond one engine (issues 40 and 41) ---------------------
+
+MOE_KV_KINDS = {
+    "moe": {"moe_active_params", "moe_active_share"},
+    "mla": {"mla_kv_bytes_per_token", "mla_vs_gqa"},
+    "expert_parallel": {"ep_alltoall_kib", "ep_alltoall_ms"},
+    "kv_transfer": {"kv_transfer_mb", "kv_transfer_ms"},
+    "kv_offload": {"kv_load_crossover", "kv_load_saving_ms"},
+}
+NEW_KINDS = set().union(*MOE_KV_KINDS.values())
+
+
+def test_moe_param_counts_on_a_tiny_config_and_on_mixtral():
+    from lab_utils.drills.calc import moe_param_counts
+
+    # 2 layers (1 dense), hidden 4, vocab 10, attention 16 per layer, dense MLP 8, experts of 2, 4 routed
+    # + 1 shared, top-2: shared by all 2*10*4 + 2*16 + 3*4*8 = 208; one expert 3*4*2 = 24
+    assert moe_param_counts(2, 1, 4, 10, 16, 8, 2, 4, 1, 2) == (208 + 5 * 24, 208 + 3 * 24)
+    # Mixtral-8x7B: 32 layers, hidden 4096, vocab 32000, GQA 32/8 x 128, experts of 14336, top-2:
+    # published 46.7 B total, 12.9 B active
+    attn = 2 * 4096 * 4096 + 2 * 4096 * 1024
+    total, active = moe_param_counts(32, 0, 4096, 32_000, attn, 0, 14336, 8, 0, 2)
+    assert total / 1e9 == pytest.approx(46.70, abs=0.01) and active / 1e9 == pytest.approx(12.88, abs=0.01)
+
+
+def test_mla_ep_and_kv_transfer_calculators_on_tiny_numbers():
+    from lab_utils.drills import calc
+
+    assert calc.mla_kv_bytes_per_token(2, 4, 2, 2) == 24  # 2 layers x (4 + 2) x 2 B
+    assert calc.gqa_kv_bytes_per_token(2, 1, 4, 2) == 32  # 2 x 2 layers x 1 head x 4 x 2 B
+    # DeepSeek-V3: 61 layers x (512 + 64) x 2 B = 70,272 B per token
+    assert calc.mla_kv_bytes_per_token(61, 512, 64, 2) == 70_272
+    # 2 copies x hidden 4 x (1 + 2) B, 3 of 4 leave the GPU
+    assert calc.ep_alltoall_bytes_per_token(4, 2, 1, 2, 4) == 18
+    assert calc.ep_alltoall_bytes_per_token(4, 2, 1, 2, 1) == 0  # one GPU: nothing moves
+    # 8 B per token; 17 tokens in 16-token blocks move 2 blocks, 16 tokens 1
+    assert calc.kv_transfer_bytes(17, 16, 1, 1, 2, 2) == 256
+    assert calc.kv_transfer_bytes(16, 16, 1, 1, 2, 2) == 128
+    # 1 ms per token to compute, 0.5 ms to load (1 MB at 2 GB/s): 10 ms of overhead paid back at 20 tokens
+    assert calc.load_recompute_crossover_tokens(1000, 1e6, 2.0, 0.01) == pytest.approx(20.0)
+    assert calc.load_recompute_crossover_tokens(1000, 1e6, 1.0, 0.01) is None  # loads as slow as it computes
+
+
+@pytest.mark.parametrize("topic", sorted(MOE_KV_KINDS))
+def test_new_topics_reach_their_kinds_and_state_their_model(topic):
+    drills = [d for s in range(30) for d in make_drills(s, topics=[topic], n=2)]
+    assert {d.kind for d in drills} == MOE_KV_KINDS[topic]
+    stated = {
+        "moe": "3 x hidden x intermediate",
+        "mla": "qk_rope_head_dim",
+        "expert_parallel": "moves no bytes",
+        "kv_transfer": "whole blocks",
+        "kv_offload": "ignore block rounding",
+    }[topic]
+    for d in drills:
+        assert stated in d.question, (d.kind, d.question)
+        assert math.isclose(d.answer, _independent(d), rel_tol=1e-9), (d.kind, d.inputs)
+        assert d.answer > 0 and all(str(v) in d.question.replace(",", "") for v in _numbers(d.inputs))
+
+
+def _numbers(inputs: dict) -> list:
+    """The whole-number inputs a question must state in its text (those it writes as integers)."""
+    return [v for v in inputs.values() if isinstance(v, int) and not isinstance(v, bool)]

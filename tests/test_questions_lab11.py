@@ -128,7 +128,51 @@ def answer_drill(kind, x):
             x["price_per_gpu_hour"], x["num_gpus"], x["tokens_per_s"]
         ),
     }
-    return table[kind]()
+    if kind in table:
+        return table[kind]()
+    return _answer_moe_kv(kind, x)
+
+
+def _answer_moe_kv(kind, x):
+    # the MoE, MLA, expert-parallel and KV-transfer drills, by the models their questions state
+    if kind.startswith("moe_"):
+        common = (
+            2 * x["vocab"] * x["hidden"]
+            + x["layers"] * x["attn_params_per_layer"]
+            + x["dense_layers"] * 3 * x["hidden"] * x["dense_intermediate"]
+        )
+        per_expert = (x["layers"] - x["dense_layers"]) * 3 * x["hidden"] * x["expert_intermediate"]
+        active = common + (x["top_k"] + x["shared_experts"]) * per_expert
+        total = common + (x["routed_experts"] + x["shared_experts"]) * per_expert
+        return active / 1e9 if kind == "moe_active_params" else active / total
+    mla = (
+        x.get("layers", 0)
+        * (x.get("kv_lora_rank", 0) + x.get("qk_rope_head_dim", 0))
+        * x.get("dtype_bytes", 0)
+    )
+    if kind == "mla_kv_bytes_per_token":
+        return mla / 1024
+    if kind == "mla_vs_gqa":
+        return 2 * x["layers"] * x["kv_heads"] * x["head_dim"] * x["dtype_bytes"] / mla
+    if kind.startswith("ep_"):
+        per_token = (
+            x["top_k"] * x["hidden"] * (x["dispatch_bytes"] + x["combine_bytes"]) * (1 - 1 / x["ep_size"])
+        )
+        return (
+            per_token / 1024
+            if kind == "ep_alltoall_kib"
+            else x["tokens"] * per_token / (x["link_gb_s"] * 1e6)
+        )
+    if kind.startswith("kv_transfer"):
+        tokens = math.ceil(x["prompt_tokens"] / x["block_size"]) * x["block_size"]
+        moved = tokens * 2 * x["layers"] * x["kv_heads"] * x["head_dim"] * x["dtype_bytes"]
+        return moved / 1e6 if kind == "kv_transfer_mb" else moved / (x["link_gb_s"] * 1e6)
+    save_per_token = 1 / x["prefill_tokens_per_s"] - x["kv_bytes_per_token"] / (x["tier_gb_s"] * 1e9)
+    if kind == "kv_load_crossover":
+        return x["overhead_s"] / save_per_token
+    if kind == "kv_load_saving_ms":
+        return (x["prompt_tokens"] * save_per_token - x["overhead_s"]) * 1e3
+    raise KeyError(kind)
 
 
 def predicted_gain(batching):
@@ -341,4 +385,32 @@ def test_drills_replayed_from_the_generators_table_score_zero_in_the_sandbox(tmp
     assert ns["answer_drill"](d.kind, d.inputs) == d.answer  # it works outside the sandbox
     results = judge_in_sandbox("11", {"answer_drill": ns["answer_drill"]}, tmp_path)
     r = results["11.drill_answers"]
-    assert r.earned == 0 and "reference" in r.message, r.message
+    # the refusal names the generator as the course's own (lab_utils.grading.forbidden.refusal)
+    assert r.earned == 0 and "is not allowed here" in r.message, r.message
+
+
+def test_drill_answers_cover_the_moe_and_kv_transfer_kinds():
+    """The hidden drill set draws every topic, so a solver that skips the MoE, MLA, expert-parallel
+    and KV-transfer kinds loses marks, and one that calls the course's calculators for them earns 0."""
+    from lab_utils.drills import make_drills
+
+    def old_kinds_only(kind, x):
+        return (
+            None
+            if kind.startswith(("moe_", "mla_", "ep_", "kv_transfer", "kv_load"))
+            else answer_drill(kind, x)
+        )
+
+    r = score_graded(get("11.drill_answers"), dict(answers(), answer_drill=old_kinds_only), 3)
+    assert 0 < r.earned < r.points, r
+
+    def via_course_calc(kind, x):
+        if kind == "kv_transfer_mb":
+            args = (x["prompt_tokens"], x["block_size"], x["layers"], x["kv_heads"], x["head_dim"])
+            return calc.kv_transfer_bytes(*args, x["dtype_bytes"]) / 1e6
+        return answer_drill(kind, x)
+
+    d = make_drills(0, topics=["kv_transfer"], n=8)
+    assert any(x.kind == "kv_transfer_mb" and x.is_correct(via_course_calc(x.kind, x.inputs)) for x in d)
+    r = score_graded(get("11.drill_answers"), dict(answers(), answer_drill=via_course_calc), 3)
+    assert r.earned == 0, r

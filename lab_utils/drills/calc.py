@@ -166,3 +166,84 @@ def replicas_needed(
 ) -> int:
     """Replicas for a token demand, running each at `headroom` of its measured capacity."""
     return max(1, math.ceil(rate * tokens_per_request / (tokens_per_s_per_replica * headroom)))
+
+
+# --- Mixture-of-Experts, MLA and expert parallelism ------------------------------------------------
+
+
+def moe_param_counts(
+    layers: int,
+    dense_layers: int,
+    hidden: int,
+    vocab: int,
+    attn_params_per_layer: int,
+    dense_intermediate: int,
+    expert_intermediate: int,
+    routed_experts: int,
+    shared_experts: int,
+    top_k: int,
+) -> tuple[int, int]:
+    """(total, active) parameters of an MoE decoder, in the drills' model.
+
+    Every layer has its attention; the first `dense_layers` have a dense MLP of 3 x hidden x
+    dense_intermediate (gate, up, down), the others `routed_experts` + `shared_experts` experts of
+    3 x hidden x expert_intermediate each, of which a token uses `top_k` routed ones and every shared
+    one. Untied embeddings and lm_head (vocab x hidden each) count in both; norms and the router
+    are left out.
+    """
+    expert = 3 * hidden * expert_intermediate
+    moe_layers = layers - dense_layers
+    common = (
+        2 * vocab * hidden + layers * attn_params_per_layer + dense_layers * 3 * hidden * dense_intermediate
+    )
+    total = common + moe_layers * (routed_experts + shared_experts) * expert
+    active = common + moe_layers * (top_k + shared_experts) * expert
+    return int(total), int(active)
+
+
+def mla_kv_bytes_per_token(
+    layers: int, kv_lora_rank: int, qk_rope_head_dim: int, dtype_bytes: float
+) -> float:
+    """MLA caches one latent vector (kv_lora_rank) and one shared RoPE key (qk_rope_head_dim) per layer."""
+    return layers * (kv_lora_rank + qk_rope_head_dim) * dtype_bytes
+
+
+def gqa_kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: float) -> float:
+    """Grouped-query attention caches a K and a V of head_dim per KV head per layer."""
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
+def ep_alltoall_bytes_per_token(
+    hidden: int, top_k: int, dispatch_bytes: float, combine_bytes: float, ep_size: int
+) -> float:
+    """Bytes one token sends through an MoE layer's all-to-all under expert parallelism.
+
+    The token's hidden state goes to each of its top_k experts (dispatch) and each expert's output
+    comes back (combine). With the experts spread evenly over `ep_size` GPUs and balanced routing, a
+    copy lands on the token's own GPU with probability 1 / ep_size and then moves no bytes.
+    """
+    return top_k * hidden * (dispatch_bytes + combine_bytes) * (ep_size - 1) / ep_size
+
+
+def kv_transfer_bytes(
+    prompt_tokens: int, block_size: int, layers: int, kv_heads: int, head_dim: int, dtype_bytes: float
+) -> float:
+    """KV bytes moved for a prompt: whole blocks (the last one partly filled still moves whole)."""
+    blocks = math.ceil(int(prompt_tokens) / int(block_size))
+    return blocks * int(block_size) * gqa_kv_bytes_per_token(layers, kv_heads, head_dim, dtype_bytes)
+
+
+def load_recompute_crossover_tokens(
+    prefill_tokens_per_s: float, kv_bytes_per_token: float, tier_gb_s: float, overhead_s: float
+) -> float | None:
+    """Prompt length at which loading its KV (overhead + bytes / bandwidth) takes as long as prefilling it.
+
+    Recompute: N / prefill_tokens_per_s. Load: overhead_s + N x kv_bytes_per_token / tier bandwidth.
+    Longer prompts load faster than they compute; None when a token reads slower than it computes.
+    """
+    per_token_gain = 1 / _positive("prefill_tokens_per_s", prefill_tokens_per_s) - kv_bytes_per_token / (
+        _positive("tier_gb_s", tier_gb_s) * 1e9
+    )
+    if per_token_gain <= 0:
+        return None
+    return overhead_s / per_token_gain

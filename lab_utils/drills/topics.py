@@ -476,6 +476,270 @@ def cost(rng: random.Random) -> Spec:
     )
 
 
+# --- Mixture-of-Experts, MLA, expert parallelism, KV beyond one engine (issues 40 and 41) ---------
+
+
+def moe(rng: random.Random) -> Spec:
+    hidden = rng.choice([2048, 3072, 4096, 5120, 7168])
+    layers, dense_layers = rng.choice([24, 28, 32, 48, 61]), rng.choice([0, 0, 1, 3])
+    routed = rng.choice([8, 16, 64, 128, 256])
+    top_k = rng.choice([k for k in (1, 2, 4, 6, 8) if k < routed])
+    shared = rng.choice([0, 0, 1, 2])
+    expert_i = rng.choice([8192, 14336] if routed <= 16 else [512, 768, 1408, 2048])
+    dense_i = rng.choice([8192, 10944, 18432])
+    vocab = rng.choice([32_000, 102_400, 129_280, 151_936])
+    heads, kv_heads = hidden // 128, rng.choice([4, 8])
+    attn = 2 * hidden * heads * 128 + 2 * hidden * kv_heads * 128
+    total, active = calc.moe_param_counts(
+        layers, dense_layers, hidden, vocab, attn, dense_i, expert_i, routed, shared, top_k
+    )
+    inputs = {
+        "layers": layers,
+        "dense_layers": dense_layers,
+        "hidden": hidden,
+        "vocab": vocab,
+        "attn_params_per_layer": attn,
+        "dense_intermediate": dense_i,
+        "expert_intermediate": expert_i,
+        "routed_experts": routed,
+        "shared_experts": shared,
+        "top_k": top_k,
+    }
+    head = (
+        f"An MoE decoder: {layers} layers, hidden {hidden}, vocab {vocab:,} (untied embeddings and lm_head, "
+        f"vocab x hidden each); every layer's attention has {attn:,} parameters; "
+        + (
+            f"the first {dense_layers} layers have a dense MLP of intermediate size {dense_i}, the other "
+            f"{layers - dense_layers} have "
+            if dense_layers
+            else f"no layer is dense (dense intermediate {dense_i} unused); all {layers} have "
+        )
+        + f"{routed} routed experts (top-{top_k} per token) and {shared} shared expert(s), each an MLP of "
+        f"intermediate size {expert_i}. An MLP is gate, up and down: 3 x hidden x intermediate. Ignore "
+        "norms and the router."
+    )
+    expert = 3 * hidden * expert_i
+    work = (
+        f"One expert: 3 x {hidden} x {expert_i} = {expert / 1e6:.2f} M. Shared by every token: embeddings "
+        f"2 x {vocab:,} x {hidden} + attention {layers} x {attn:,} + dense MLPs {dense_layers} x 3 x {hidden} "
+        f"x {dense_i}. Total adds ({routed} + {shared}) experts x {layers - dense_layers} layers = "
+        f"{total / 1e9:.2f} B; active adds only ({top_k} + {shared}) experts per MoE layer = {active / 1e9:.2f} B"
+    )
+    if rng.random() < 0.5:
+        return Spec(
+            "moe_active_params",
+            f"{head} How many parameters (in billions) does one token use (the active parameters)?",
+            active / 1e9,
+            "B params",
+            0.01,
+            f"{work}. Memory holds the total; FLOPs per token, and batch-1 decode's bytes read, follow the "
+            "active count.",
+            inputs,
+        )
+    return Spec(
+        "moe_active_share",
+        f"{head} What fraction of the total parameters does one token use (active / total)?",
+        active / total,
+        "fraction",
+        0.01,
+        f"{work}; {active / 1e9:.2f} / {total / 1e9:.2f} = {active / total:.3f}. You pay GPU memory for all "
+        "experts and compute for the active ones; at large batches most experts are read every step anyway.",
+        inputs,
+    )
+
+
+def mla(rng: random.Random) -> Spec:
+    layers, rank, rope = rng.choice([27, 48, 60, 61]), rng.choice([256, 512]), rng.choice([32, 64])
+    dtype, nbytes = rng.choice([("bfloat16", 2), ("fp8", 1)])
+    kv_heads, head_dim = rng.choice([4, 8, 16]), rng.choice([64, 128])
+    mla_b = calc.mla_kv_bytes_per_token(layers, rank, rope, nbytes)
+    gqa_b = calc.gqa_kv_bytes_per_token(layers, kv_heads, head_dim, nbytes)
+    inputs = {
+        "layers": layers,
+        "kv_lora_rank": rank,
+        "qk_rope_head_dim": rope,
+        "dtype_bytes": nbytes,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+    }
+    head = (
+        f"A {layers}-layer model with multi-head latent attention (MLA): kv_lora_rank {rank}, "
+        f"qk_rope_head_dim {rope}, {dtype} KV cache ({nbytes} B per element). MLA caches, per layer and "
+        "token, the compressed latent (kv_lora_rank values) and one RoPE key shared by all heads "
+        "(qk_rope_head_dim values); nothing per head."
+    )
+    work = f"{layers} x ({rank} + {rope}) x {nbytes} B = {mla_b:,.0f} B = {mla_b / 1024:g} KiB per token"
+    if rng.random() < 0.5:
+        return Spec(
+            "mla_kv_bytes_per_token",
+            f"{head} How many KiB of KV cache does one token take?",
+            mla_b / 1024,
+            "KiB",
+            0.01,
+            f"{work}: one latent per layer, no K and V per head (the heads' K and V are rebuilt from it, "
+            "or the projections are absorbed into the query and output).",
+            {k: v for k, v in inputs.items() if k not in ("kv_heads", "head_dim")},
+        )
+    return Spec(
+        "mla_vs_gqa",
+        f"{head} The same model with grouped-query attention instead would cache K and V for {kv_heads} KV "
+        f"heads of head_dim {head_dim} per layer, in the same dtype. How many times more KV per token is "
+        "that than MLA's?",
+        gqa_b / mla_b,
+        "x",
+        0.01,
+        f"MLA: {work}. GQA: 2 x {layers} x {kv_heads} x {head_dim} x {nbytes} B = {gqa_b:,.0f} B. Ratio "
+        f"{gqa_b / mla_b:.2f}x: that many more tokens (or requests) fit in the same KV memory with MLA.",
+        inputs,
+    )
+
+
+def expert_parallel(rng: random.Random) -> Spec:
+    hidden, top_k = rng.choice([2048, 4096, 5120, 7168]), rng.choice([2, 4, 6, 8])
+    ep, (ddesc, dbytes) = rng.choice([4, 8, 16, 32, 64]), rng.choice([("bf16", 2), ("FP8", 1)])
+    per_token = calc.ep_alltoall_bytes_per_token(hidden, top_k, dbytes, 2, ep)
+    inputs = {"hidden": hidden, "top_k": top_k, "dispatch_bytes": dbytes, "combine_bytes": 2, "ep_size": ep}
+    head = (
+        f"An MoE layer (hidden {hidden}, top-{top_k} routing) runs expert-parallel over {ep} GPUs, the "
+        f"experts spread evenly. Each token's hidden state is dispatched in {ddesc} ({dbytes} B per value) "
+        "to each of its top-k experts and each expert's output is combined back in bf16 (2 B). Model: "
+        f"routing is balanced, so a copy lands on the token's own GPU with probability 1/{ep} and then "
+        "moves no bytes."
+    )
+    work = (
+        f"{top_k} x {hidden} x ({dbytes} + 2) B x ({ep} - 1)/{ep} = {per_token:,.0f} B = "
+        f"{per_token / 1024:.2f} KiB per token per MoE layer"
+    )
+    if rng.random() < 0.5:
+        return Spec(
+            "ep_alltoall_kib",
+            f"{head} How many KiB does one token send through this layer's all-to-all (dispatch + combine)?",
+            per_token / 1024,
+            "KiB",
+            0.01,
+            f"{work}. It grows with top-k, not with the number of experts; FP8 dispatch halves the first half.",
+            inputs,
+        )
+    tokens, link = rng.choice([256, 1024, 4096, 8192]), rng.choice([25, 50, 100, 400])
+    t_ms = tokens * per_token / (link * 1e9) * 1e3
+    return Spec(
+        "ep_alltoall_ms",
+        f"{head} Each GPU holds a batch of {tokens:,} tokens and sends at {link} GB/s (10^9 B/s). How many ms "
+        "does one MoE layer's all-to-all (dispatch + combine) take per GPU, bandwidth only (no latency, no "
+        "overlap)?",
+        t_ms,
+        "ms",
+        0.01,
+        f"{work}; x {tokens:,} tokens = {tokens * per_token / 1e6:.2f} MB per GPU, at {link} GB/s = "
+        f"{t_ms:.3f} ms per layer, paid in every MoE layer of every forward step: why EP wants fast links, "
+        "overlap with compute, and low-precision dispatch.",
+        {**inputs, "tokens": tokens, "link_gb_s": link},
+    )
+
+
+def kv_transfer(rng: random.Random) -> Spec:
+    spec = MODELS[rng.choice(SMALL + LARGE)]
+    dtype, nbytes = rng.choice([("bfloat16", 2), ("fp8", 1)])
+    block, prompt = rng.choice([16, 32, 64, 128]), rng.randint(300, 32_000)
+    moved = calc.kv_transfer_bytes(prompt, block, spec.num_layers, spec.num_kv_heads, spec.head_dim, nbytes)
+    per_token = calc.gqa_kv_bytes_per_token(spec.num_layers, spec.num_kv_heads, spec.head_dim, nbytes)
+    blocks = -(-prompt // block)
+    inputs = {**_shape(spec), "dtype_bytes": nbytes, "block_size": block, "prompt_tokens": prompt}
+    head = (
+        f"Disaggregated serving: a prefill engine hands a {prompt:,}-token prompt's KV cache to a decode "
+        f"engine. {spec.name} ({spec.num_layers} layers, {spec.num_attention_heads} query heads, "
+        f"{spec.num_kv_heads} KV heads, head_dim "
+        f"{spec.head_dim}), {dtype} KV ({nbytes} B), {block}-token KV blocks; the cache moves in whole "
+        "blocks (a partly filled last block moves whole)."
+    )
+    work = (
+        f"Per token 2 x {spec.num_layers} x {spec.num_kv_heads} x {spec.head_dim} x {nbytes} B = "
+        f"{per_token:,.0f} B; ceil({prompt:,} / {block}) = {blocks} blocks = {blocks * block:,} tokens; "
+        f"{moved / 1e6:.2f} MB"
+    )
+    if rng.random() < 0.5:
+        return Spec(
+            "kv_transfer_mb",
+            f"{head} How many MB (10^6 B) move?",
+            moved / 1e6,
+            "MB",
+            0.01,
+            f"{work}. Per request, this is what the link must carry before the first decode step.",
+            inputs,
+        )
+    link_name, link = rng.choice(
+        [("25 GbE", 3.125), ("100 Gb/s RDMA", 12.5), ("400 Gb/s InfiniBand", 50.0), ("PCIe 5 x16", 64.0)]
+    )
+    t_ms = moved / (link * 1e9) * 1e3
+    return Spec(
+        "kv_transfer_ms",
+        f"{head} How many ms does the transfer take over {link_name} at {link:g} GB/s (10^9 B/s), "
+        "bandwidth only?",
+        t_ms,
+        "ms",
+        0.01,
+        f"{work}; / {link:g} GB/s = {t_ms:.2f} ms, added to the request's TTFT unless it overlaps the "
+        "prefill layer by layer.",
+        {**inputs, "link_gb_s": link},
+    )
+
+
+def kv_offload(rng: random.Random) -> Spec:
+    while True:
+        spec = MODELS[rng.choice(SMALL + LARGE)]
+        per_token = kv_cache_bytes_per_token(spec, "bfloat16")
+        prefill = rng.choice([1000, 2500, 5000, 10_000, 20_000, 50_000])
+        tier_name, tier, overhead_ms = rng.choice(
+            [("CPU memory over PCIe", 25.0, 1.0), ("local NVMe", 6.0, 5.0), ("a remote KV store", 2.0, 15.0)]
+        )
+        n_star = calc.load_recompute_crossover_tokens(prefill, per_token, tier, overhead_ms / 1e3)
+        if n_star is not None and 4 <= n_star <= 50_000:
+            break
+    inputs = {
+        "kv_bytes_per_token": per_token,
+        "prefill_tokens_per_s": prefill,
+        "tier_gb_s": tier,
+        "overhead_s": overhead_ms / 1e3,
+    }
+    head = (
+        f"{spec.name}: {per_token:,} B of bf16 KV per token; the engine prefills {prefill:,} tokens/s. A "
+        f"prompt's KV can instead be loaded from {tier_name} at {tier:g} GB/s (10^9 B/s) with a fixed "
+        f"{overhead_ms:g} ms per load. Model: recompute takes N / {prefill:,} s; load takes {overhead_ms:g} ms "
+        f"+ N x {per_token:,} B / {tier:g} GB/s (ignore block rounding)."
+    )
+    gain_us = (1 / prefill - per_token / (tier * 1e9)) * 1e6
+    work = (
+        f"Each token saves 1/{prefill:,} s - {per_token:,} B / {tier:g} GB/s = {gain_us:.2f} us by loading; "
+        f"the fixed {overhead_ms:g} ms is paid back at N = {overhead_ms:g} ms / {gain_us:.2f} us = "
+        f"{n_star:,.0f} tokens"
+    )
+    if rng.random() < 0.5:
+        return Spec(
+            "kv_load_crossover",
+            f"{head} From what prompt length (tokens) on does loading beat recomputing?",
+            n_star,
+            "tokens",
+            0.01,
+            f"{work}. Shorter prompts are faster to recompute; a tier slower than "
+            f"{per_token * prefill / 1e9:.3g} GB/s never wins.",
+            inputs,
+        )
+    prompt = int(rng.choice([2, 4, 8, 16]) * n_star) + rng.randint(1, 500)
+    saved_ms = (prompt / prefill - (overhead_ms / 1e3 + prompt * per_token / (tier * 1e9))) * 1e3
+    return Spec(
+        "kv_load_saving_ms",
+        f"{head} A {prompt:,}-token prompt's KV is in the tier: how many ms of TTFT does loading save "
+        "against recomputing?",
+        saved_ms,
+        "ms",
+        0.01,
+        f"Recompute {prompt:,} / {prefill:,} = {prompt / prefill * 1e3:.1f} ms; load {overhead_ms:g} + "
+        f"{prompt:,} x {per_token:,} B / {tier:g} GB/s = {overhead_ms + prompt * per_token / (tier * 1e6):.1f} ms; "
+        f"saved {saved_ms:.1f} ms. {work}.",
+        {**inputs, "prompt_tokens": prompt},
+    )
+
+
 GENERATORS = {
     "kv_cache": kv_cache,
     "gpus_tp": gpus_tp,
@@ -489,4 +753,9 @@ GENERATORS = {
     "quantization": quantization,
     "prefix_cache": prefix_cache,
     "cost": cost,
+    "moe": moe,
+    "mla": mla,
+    "expert_parallel": expert_parallel,
+    "kv_transfer": kv_transfer,
+    "kv_offload": kv_offload,
 }

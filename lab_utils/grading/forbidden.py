@@ -478,6 +478,21 @@ family("gateway", "the gateway's admission", "lab_utils.gateway:TokenBucket", "l
 
 family("replicas", "the replica count", f"{CALC}:replicas_needed")
 family(
+    "moe_kv_drills",
+    "the drill's arithmetic",
+    *(
+        f"{CALC}:{name}"
+        for name in (
+            "moe_param_counts",
+            "mla_kv_bytes_per_token",
+            "gqa_kv_bytes_per_token",
+            "ep_alltoall_bytes_per_token",
+            "kv_transfer_bytes",
+            "load_recompute_crossover_tokens",
+        )
+    ),
+)
+family(
     "drill_calculators",
     "the drill's arithmetic",
     f"{CALC}:littles_law_concurrency",
@@ -487,6 +502,7 @@ family(
         for name in ("tensor_parallel", "roofline", "batching_models", "speculative", "cost_per_token")
     ),
     *(f"+{name}" for name in ("prefill_flops", "goodput", "decode_speed", "prefix_cache_calc", "replicas")),
+    "+moe_kv_drills",
 )
 # what else answers a drill: the model-shape helpers, and the drill generators themselves (a drill
 # replayed from its inputs carries its answer)
