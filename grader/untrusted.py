@@ -122,8 +122,10 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
 
 
 def csv_cell(text: object) -> str:
-    """A text cell of the gradebook: plain, and never read as a formula by a spreadsheet."""
-    s = plain(text)
+    """A text cell of the gradebook: plain, HTML escaped (a gradebook may be shown in a web page),
+    no script link, and never read as a formula by a spreadsheet."""
+    s = plain(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = _LINK_SCHEME.sub(lambda m: f"{m.group(1)}&#58;", s)
     if s.startswith(_FORMULA_START) or str(text).startswith(_FORMULA_START):
         s = "'" + s
     return s

@@ -230,6 +230,7 @@ def test_gradebook_is_valid_csv_and_formula_safe_for_any_name_or_status(tmp_path
         for cell in (row[0], row[-1]):
             assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")), cell
             assert "\x1b" not in cell and "\r" not in cell and "\n" not in cell
+            assert "<" not in cell and "javascript:" not in cell
     assert csv_cell("ok") == "ok" and csv_cell("-1").startswith("'")
 
 

@@ -115,6 +115,26 @@ FILL_OUT = (
 STUB = "def served_versions(on_disk, policy):\n    raise NotImplementedError\n"
 
 
+def _leave_status(make: str) -> str:
+    """Replaces the run's status file (`make` builds the new one at `p`), then kills papermill so
+    that nothing writes it again (issue 38: a FIFO there hung the grader for good)."""
+    return (
+        "import json, os, signal\n"
+        "p = '/tmp/out/status.json'\n"
+        "os.unlink(p)\n"
+        f"{make}\n"
+        "os.kill(os.getppid(), signal.SIGKILL)\n"
+    )
+
+
+FIFO_STATUS = _leave_status("os.mkfifo(p)")
+SPARSE_STATUS = _leave_status("open(p, 'wb').truncate(64 * 2**30)")
+FORGED = "\\x1b[2K\\r[9/9] ######## 0 failed | a_good lab 07: 19/19 — ok <script>alert(1)</script>"
+ANSI_STATUS = _leave_status(
+    f"open(p, 'w').write(json.dumps({{'outcome': 'cell errors', 'detail': '{FORGED}'}}))"
+)
+
+
 def _class(subs: Path, seed_file: Path) -> dict[str, tuple[float, str | None]]:
     """Write the class; returns student -> (expected total, expected status prefix or None)."""
     # names sort so that each attack comes before a good student and an untouched stub
@@ -128,6 +148,9 @@ def _class(subs: Path, seed_file: Path) -> dict[str, tuple[float, str | None]]:
         "g_fill_tmp": (notebook(FILL_TMP), (0, "cell errors")),
         "h_fill_out": (notebook(FILL_OUT), (0, "disk limit")),
         "i_good_after": (notebook(*GOOD), (5, "ok")),
+        "k_fifo_status": (notebook(*GOOD, FIFO_STATUS), (5, "failed")),
+        "l_sparse_status": (notebook(*GOOD, SPARSE_STATUS), (5, "failed")),
+        "m_forged_status": (notebook(*GOOD, ANSI_STATUS), (5, "cell errors")),
     }
     for name, (nb, _) in students.items():
         put(subs, name, nb)
@@ -168,7 +191,9 @@ def hostile_class(tmp_path_factory):
     seed_file = instructor / "seed"
     seed_file.write_text("987654321\n")
     expected = _class(subs, seed_file)
-    env = {**os.environ, "LAB_INSTRUCTOR_DIR": str(instructor)}
+    scratch = root / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "LAB_INSTRUCTOR_DIR": str(instructor), "TMPDIR": str(scratch)}
     t0 = time.monotonic()
     log = _grade(subs, out, env)
     return {
@@ -177,6 +202,7 @@ def hostile_class(tmp_path_factory):
         "env": env,
         "log": log,
         "expected": expected,
+        "scratch": scratch,
         "seconds": time.monotonic() - t0,
     }
 
@@ -191,6 +217,22 @@ def test_each_hostile_submission_scores_zero_and_the_good_ones_keep_full_marks(h
             assert row["status"].startswith(status), (student, row["status"])
     assert got["j_linked"]["status"].startswith("refused"), got["j_linked"]
     assert "sandbox" in hostile_class["log"]
+
+
+@pytest.mark.slow
+def test_a_status_left_as_a_fifo_a_sparse_file_or_escapes_is_a_plain_row(hostile_class):
+    """The FIFO and the 64 GiB sparse file: a failed row that names the refused file (cached like
+    any other, see the rerun below), no hang and no grader error; the forged status reaches the
+    gradebook, the console and the feedback as plain text."""
+    got = _rows(hostile_class["out"])
+    for student in ("k_fifo_status", "l_sparse_status"):
+        assert "refused" in got[student]["status"], got[student]
+    forged = got["m_forged_status"]["status"]
+    feedback = (hostile_class["out"] / "feedback" / "m_forged_status" / "07.md").read_text()
+    for text in (forged, hostile_class["log"], feedback):
+        assert "\x1b" not in text and "\r" not in text
+    assert "<script>" not in forged and "<script>" not in feedback
+    assert not list(Path(hostile_class["scratch"]).glob("lab-grader-*")), "a scratch folder was left"
 
 
 @pytest.mark.slow
