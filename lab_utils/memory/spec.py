@@ -10,6 +10,15 @@ from the architecture of a dense Llama-style decoder (Llama, Mistral, Qwen2, Smo
     per layer, norms      2 x hidden
     final norm            hidden
     lm_head               vocab x hidden, unless tied to the embedding
+
+Mixture-of-experts and today's attention (Mixtral, Qwen3-MoE, DeepSeek-V3, gpt-oss) change two
+terms. An MoE layer holds `num_experts` routed experts (each a gate/up/down MLP of width
+`moe_intermediate_size`), `num_shared_experts` that every token uses, and a router (hidden x
+experts); the first `num_dense_layers` layers keep a dense MLP. A token is multiplied through the
+attention, the shared experts and `num_experts_per_tok` routed experts only: `active_params`.
+Multi-head latent attention (MLA, DeepSeek) projects through low-rank q and kv matrices and
+caches the latent, not heads; sliding-window layers (gpt-oss) attend to the last `sliding_window`
+tokens only.
 """
 
 from __future__ import annotations
@@ -75,6 +84,21 @@ class ModelSpec:
     tie_word_embeddings: bool = False  # lm_head shares the embedding matrix
     max_position_embeddings: int = 4096  # the context length the model was trained for
     attention_bias: bool = False  # q/k/v projections carry biases (Qwen2)
+    # -- mixture of experts (0: a dense MLP in every layer) --
+    num_experts: int = 0  # routed experts per MoE layer (num_local_experts, n_routed_experts)
+    num_experts_per_tok: int = 0  # top-k: routed experts each token goes through
+    moe_intermediate_size: int = 0  # width of one expert's MLP (0: intermediate_size)
+    num_shared_experts: int = 0  # experts every token goes through (DeepSeek n_shared_experts)
+    num_dense_layers: int = 0  # layers that keep a dense MLP (first_k_dense_replace)
+    # -- multi-head latent attention (0: ordinary heads) --
+    kv_lora_rank: int = 0  # the cached latent's width
+    q_lora_rank: int = 0  # 0: q is one full projection
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0  # the rotary part of each key, cached beside the latent
+    v_head_dim: int = 0
+    # -- sliding-window attention --
+    sliding_window: int = 0  # tokens a sliding layer attends to (0: none)
+    num_sliding_layers: int = 0  # layers that use the window (layer_types "sliding_attention")
 
     def __post_init__(self) -> None:
         for field_name, hint in [
@@ -88,6 +112,36 @@ class ModelSpec:
             ("max_position_embeddings", "the model's context length"),
         ]:
             object.__setattr__(self, field_name, _positive_int(field_name, getattr(self, field_name), hint))
+        for field_name in (
+            "num_experts",
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+            "num_shared_experts",
+            "num_dense_layers",
+            "kv_lora_rank",
+            "q_lora_rank",
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "v_head_dim",
+            "sliding_window",
+            "num_sliding_layers",
+        ):
+            value = getattr(self, field_name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or int(value) != value
+                or value < 0
+            ):
+                raise ValueError(f"{field_name} must be a whole number >= 0, got {value!r}")
+            object.__setattr__(self, field_name, int(value))
+        if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
+            raise ValueError(
+                f"num_experts_per_tok ({self.num_experts_per_tok}) must be between 1 and num_experts "
+                f"({self.num_experts}): each token goes through that many routed experts"
+            )
+        if self.num_dense_layers > self.num_layers or self.num_sliding_layers > self.num_layers:
+            raise ValueError("num_dense_layers and num_sliding_layers cannot exceed num_layers")
         if self.num_attention_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
@@ -119,11 +173,6 @@ class ModelSpec:
             raise ValueError(f"config must be a path or a dict, got {type(config).__name__}")
         if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM inside
             cfg = {**cfg["text_config"], "_name_or_path": cfg.get("_name_or_path")}
-        if any(k in cfg for k in ("num_local_experts", "num_experts", "n_routed_experts")):
-            raise ValueError(
-                "mixture-of-experts configs are not supported by this calculator; "
-                "use a dense model config (Llama, Mistral, Qwen2, SmolLM2 ...)"
-            )
         required = [
             "num_hidden_layers",
             "hidden_size",
@@ -137,6 +186,7 @@ class ModelSpec:
         heads = cfg["num_attention_heads"]
         head_dim = cfg.get("head_dim") or (cfg["hidden_size"] // heads if heads else 0)
         return cls(
+            **_moe_and_attention_fields(cfg),
             name=str(name or cfg.get("_name_or_path") or cfg.get("model_type") or "model"),
             num_layers=cfg["num_hidden_layers"],
             hidden_size=cfg["hidden_size"],
@@ -151,8 +201,81 @@ class ModelSpec:
         )
 
     # -- parameter counts ------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        """True for a mixture-of-experts model."""
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        """True when attention is multi-head latent attention (a cached latent, not heads)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts."""
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    def attention_shapes(self) -> list[tuple[int, int]]:
+        """(in, out) of one layer's attention matrices (q, k, v, o; MLA: its low-rank pairs)."""
+        h, heads = self.hidden_size, self.num_attention_heads
+        if not self.is_mla:
+            q, kv = heads * self.head_dim, self.num_kv_heads * self.head_dim
+            return [(h, q), (h, kv), (h, kv), (q, h)]
+        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        q = [(h, self.q_lora_rank), (self.q_lora_rank, heads * qk)] if self.q_lora_rank else [(h, heads * qk)]
+        return q + [
+            (h, self.kv_lora_rank + self.qk_rope_head_dim),  # kv_a: the latent and the rotary key
+            (self.kv_lora_rank, heads * (self.qk_nope_head_dim + self.v_head_dim)),  # kv_b
+            (heads * self.v_head_dim, h),  # o
+        ]
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one expert (gate, up, down)."""
+        return 3 * self.hidden_size * (self.moe_intermediate_size or self.intermediate_size)
+
+    def matrix_shapes(self) -> list[tuple[int, int, int]]:
+        """(in, out, count) of every layer matrix in the model: what quantization shrinks."""
+        h, i = self.hidden_size, self.intermediate_size
+        if not self.is_moe and not self.is_mla:
+            return [(a, b, self.num_layers) for a, b in self.linear_shapes()]
+        shapes = [(a, b, self.num_layers) for a, b in self.attention_shapes()]
+        dense = self.num_layers - self.num_moe_layers
+        if dense:
+            shapes += [(h, i, 2 * dense), (i, h, dense)]
+        if self.num_moe_layers:
+            m, n = self.moe_intermediate_size or i, self.num_experts + self.num_shared_experts
+            shapes += [(h, m, 2 * n * self.num_moe_layers), (m, h, n * self.num_moe_layers)]
+            shapes += [(h, self.num_experts, self.num_moe_layers)]  # the router
+        return shapes
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token is multiplied through (plus the embedding): total for a dense model.
+
+        Attention, dense MLPs, the router, the shared experts and `num_experts_per_tok` routed
+        experts of every MoE layer; the embedding and lm_head are counted as in `num_params`.
+        """
+        if not self.is_moe:
+            return self.num_params
+        idle = self.num_moe_layers * (self.num_experts - self.num_experts_per_tok) * self.expert_params
+        return self.num_params - idle
+
+    @property
+    def total_params(self) -> int:
+        """All parameters (the same as `num_params`)."""
+        return self.num_params
+
     def linear_shapes(self) -> list[tuple[int, int]]:
-        """(in_features, out_features) of the weight matrices in ONE layer (q, k, v, o, gate, up, down)."""
+        """(in_features, out_features) of the weight matrices in ONE layer (q, k, v, o, gate, up, down).
+
+        Dense models only; `matrix_shapes()` covers experts and latent attention.
+        """
+        if self.is_moe or self.is_mla:
+            raise ValueError(
+                f"{self.name} has experts or latent attention: its layers differ; use matrix_shapes()"
+            )
         h, q, kv, i = (
             self.hidden_size,
             self.num_attention_heads * self.head_dim,
@@ -164,7 +287,7 @@ class ModelSpec:
     @property
     def linear_params(self) -> int:
         """Parameters in the transformer layers' weight matrices: what quantization shrinks."""
-        return self.num_layers * sum(a * b for a, b in self.linear_shapes())
+        return sum(a * b * n for a, b, n in self.matrix_shapes())
 
     @property
     def embedding_params(self) -> int:
@@ -177,7 +300,8 @@ class ModelSpec:
         bias = (
             (self.num_attention_heads + 2 * self.num_kv_heads) * self.head_dim if self.attention_bias else 0
         )
-        return self.num_layers * (2 * self.hidden_size + bias) + self.hidden_size
+        mla_norms = (self.q_lora_rank + self.kv_lora_rank) if self.is_mla else 0
+        return self.num_layers * (2 * self.hidden_size + bias + mla_norms) + self.hidden_size
 
     @property
     def num_params(self) -> int:
@@ -201,4 +325,49 @@ class ModelSpec:
     def decode_flops_per_token(self, context_len: int = 0) -> int:
         """FLOPs to generate one token: 2 per weight, plus attention over `context_len` cached tokens."""
         attn = 4 * self.num_layers * self.num_attention_heads * self.head_dim * int(context_len)
-        return 2 * (self.linear_params + self.vocab_size * self.hidden_size) + attn
+        weights = self.linear_params - (self.num_params - self.active_params)
+        return 2 * (weights + self.vocab_size * self.hidden_size) + attn
+
+
+def _moe_and_attention_fields(cfg: dict) -> dict[str, int]:
+    """The MoE, MLA and sliding-window fields of a config.json (zeros for a dense model)."""
+    layers = int(cfg["num_hidden_layers"])
+    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0
+    fields: dict[str, int] = {}
+    if experts:
+        # Qwen-MoE: mlp_only_layers stay dense, and only every decoder_sparse_step-th layer is MoE
+        step = int(cfg.get("decoder_sparse_step") or 1)
+        dense_only = set(cfg.get("mlp_only_layers") or [])
+        first_dense = int(cfg.get("first_k_dense_replace") or 0)
+        moe_layers = sum(
+            1 for n in range(layers) if n >= first_dense and n not in dense_only and (n + 1) % step == 0
+        )
+        top_k = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token")
+        if not top_k:
+            raise ValueError(
+                "a mixture-of-experts config needs num_experts_per_tok (the routed experts per token)"
+            )
+        fields.update(
+            num_experts=int(experts),
+            num_experts_per_tok=int(top_k),
+            moe_intermediate_size=int(cfg.get("moe_intermediate_size") or 0),
+            num_shared_experts=int(cfg.get("n_shared_experts") or 0),
+            num_dense_layers=layers - moe_layers,
+        )
+    if cfg.get("kv_lora_rank"):
+        fields.update(
+            {
+                k: int(cfg.get(k) or 0)
+                for k in ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "v_head_dim")
+            },
+            qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0),
+        )
+    # sliding windows counted only where layer_types names the layers (gpt-oss, Gemma 3); a
+    # single sliding_window without them (Mistral 7B v0.1) is left to the dense rule
+    kinds = cfg.get("layer_types") or []
+    if cfg.get("sliding_window") and kinds:
+        fields.update(
+            sliding_window=int(cfg["sliding_window"]),
+            num_sliding_layers=sum(1 for k in kinds[:layers] if k == "sliding_attention"),
+        )
+    return fields

@@ -51,8 +51,7 @@ def weight_bytes(spec: ModelSpec, dtype_or_quantization: str = "bfloat16", group
                 f"group_size must be a positive whole number of weights, got {group_size!r} "
                 "(128 is the usual AWQ/GPTQ choice)"
             )
-        per_layer = sum(_four_bit_matrix_bytes(i, o, group_size) for i, o in spec.linear_shapes())
-        return spec.num_layers * per_layer + rest
+        return sum(n * _four_bit_matrix_bytes(i, o, group_size) for i, o, n in spec.matrix_shapes()) + rest
     try:
         canon = canonical_dtype(name)
     except ValueError:
