@@ -3,6 +3,7 @@
 #   make setup        everything every lab needs in CPU mode: course environment (.venv), course
 #                     model, Triton server environment (.venv-triton); starts nothing
 #   make lab          setup, then JupyterLab on 127.0.0.1 in labs/
+#   make check LAB=NN one lab's public checks on labs/NN_*.ipynb, run in CPU mode without servers
 #   make test         setup + Triton server environment + test tools, then the whole suite
 #   make test-fast    the suite without the slow tests (no servers, no notebooks)
 #   make labs         regenerate labs/ from solutions/ (and strip outputs)
@@ -22,7 +23,7 @@ STAMP       := $(VENV)/.installed-$(if $(GPU),gpu,cpu)
 LAB_PORT    ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: setup lab test test-fast labs model adapters prometheus venv triton-env sandbox test-tools clean-venv gpu-check release
+.PHONY: setup lab check test test-fast labs model adapters prometheus venv triton-env sandbox test-tools clean-venv gpu-check release
 
 # Every lab's set-up in CPU mode; idempotent (a second run takes seconds). `python -m lab_utils.setup`
 # reports the same steps, and a lab's setup cell offers to run a missing one from the notebook.
@@ -37,7 +38,7 @@ sandbox:
 # Lab 12's real Prometheus (Debian's `prometheus`, 2.42), installed like bubblewrap; without it the
 # PromQL tests (tests/test_multi_tenant_slow.py) are skipped and say so.
 prometheus:
-	@bash scripts/apt_tool.sh prometheus prometheus "the PromQL tests are skipped"
+	@bash scripts/apt_tool.sh prometheus prometheus "lab 12 skips its Prometheus section (and the PromQL tests are skipped)"
 
 venv: $(STAMP)
 
@@ -77,6 +78,12 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 lab: setup
 	$(VENV)/bin/jupyter lab --ip 127.0.0.1 --port $(LAB_PORT) --no-browser $(ROOT_FLAG) --notebook-dir labs
+
+# A lab's public checks on your notebook, from a terminal: runs a copy of labs/NN_*.ipynb in CPU mode,
+# LIGHT, without servers (lab_utils/grading/selfcheck.py), then prints each question's result.
+check: venv
+	@test -n "$(LAB)" || { echo "usage: make check LAB=NN [NB=path/to/notebook.ipynb]"; exit 2; }
+	$(PY) -m lab_utils.grading.selfcheck $(LAB) $(if $(NB),--notebook "$(NB)",)
 
 test: setup test-tools
 	$(VENV)/bin/ruff check .

@@ -5,7 +5,7 @@
 OUT gets the generated labs, the learner side of the library (`lab_utils`, public checks and
 scenarios included), the set-up files and a short README; no solutions, no instructor side
 (`grader/`: hidden checks, references, judge, gradebook), no tests and no benchmarks. The learner
-runs `make lab` in it exactly as in the full repository. The build refuses to finish if anything
+runs `make lab` and `make check LAB=NN` in it (its Makefile keeps only those and the set-up steps). The build refuses to finish if anything
 of the instructor's side slipped in.
 """
 
@@ -24,7 +24,7 @@ KEEP = [
     "docker",
     "scripts/install_course_env.sh",
     "scripts/triton_env.sh",
-    "scripts/apt_tool.sh",  # `make setup` installs bubblewrap and prometheus with it
+    "scripts/apt_tool.sh",  # `make setup` installs prometheus (lab 12) with it
     "Makefile",
     "pyproject.toml",
     "environment.yml",
@@ -41,16 +41,78 @@ LEAKS = [
 README = """# LLM Serving Lab (learner's copy)
 
 ```bash
-make lab    # set-up (.venv, course model, Triton server environment), then JupyterLab in labs/
+make lab              # set-up (.venv, course model, Triton server environment), then JupyterLab in labs/
+make check LAB=02     # lab 02's public checks on labs/02_*.ipynb, from a terminal (CPU, no servers)
 ```
 
-The first run installs everything (a few minutes and a few GB); later runs take seconds.
+The first `make lab` installs everything (a few minutes and a few GB); later runs take seconds.
 `python -m lab_utils.setup` reports each step. Every lab's `check("NN.name")` cells give you
-immediate feedback on public cases; your instructor grades your saved notebook on cases you have
-not seen, so compute your answers from `SCENARIO` and write your own functions.
+immediate feedback on public cases; `make check LAB=NN` runs a copy of your saved notebook (CPU
+mode, `LIGHT = True`, no servers started) and prints every question's public result (add
+`NB=path/to/notebook.ipynb` for another file). Your instructor grades your saved notebook on cases
+you have not seen, so compute your answers from `SCENARIO` and write your own functions.
+
+`Run All` goes to the end even before you have written anything: a cell that needs an answer you
+have not written yet prints one line saying what to write, and the rest of the lab still runs.
 
 Requirements: Linux x86-64, Python 3.11, g++, about 15 GB of disk.
+
+## On a remote lab machine
+
+JupyterLab listens on 127.0.0.1 only (port 8888, or `make lab LAB_PORT=9000`), so reach it through
+an SSH tunnel from your own computer:
+
+```bash
+ssh -L 8888:127.0.0.1:8888 you@lab-machine     # then, on the lab machine: cd this-folder && make lab
+```
+
+Open the `http://127.0.0.1:8888/lab?token=...` address `make lab` prints, in your own browser: the
+token in it is JupyterLab's password (`.venv/bin/jupyter server list` on the lab machine prints it
+again). If port 8888 is taken on your computer, use `-L 9999:127.0.0.1:8888` and open port 9999.
+Keep the SSH session open (or run `make lab` in `tmux`) while you work.
+
+The servers the labs start (vLLM, the Triton server, the course engine, the TGI stand-in, the lab 12
+gateway and Prometheus) bind 127.0.0.1 on free ports picked when they start, and the notebook talks
+to them on the lab machine itself: no tunnel is needed for them. To open one in your browser (say
+Prometheus' page in lab 12), tunnel the port the cell prints: `ssh -L 9090:127.0.0.1:PORT ...`.
 """
+
+
+# the repository's targets that do not work, or do not belong, in a learner's copy: the tests and
+# test tools, the GPU check, regenerating labs/ from solutions/, building a release, and the
+# grader's sandbox (bubblewrap is the instructor's tool; its install note is for them)
+INSTRUCTOR_TARGETS = ("test", "test-fast", "test-tools", "gpu-check", "labs", "release", "sandbox")
+MAKEFILE_HEADER = """# LLM Serving Lab (learner's copy)
+#
+#   make lab           set-up (.venv, course model, adapters, Triton server environment), then
+#                      JupyterLab on 127.0.0.1 in labs/
+#   make check LAB=NN  one lab's public checks on labs/NN_*.ipynb (CPU mode, LIGHT, no servers);
+#                      NB=path/to/notebook.ipynb checks another copy
+#   make setup         the set-up alone (`python -m lab_utils.setup` reports each step)
+#
+# GPU lab machine: `make setup GPU=1` installs requirements/course-gpu.txt instead.
+"""
+
+
+def learner_makefile(text: str) -> str:
+    """The repository's Makefile without its instructor targets, with a learner's header."""
+    paragraphs = text.split("\n\n")
+    kept = []
+    for para in paragraphs[1:]:  # the first paragraph is the repository's header comment
+        rule = next((ln for ln in para.splitlines() if ln and not ln.startswith("#")), "")
+        target = rule.split(":", 1)[0].strip()
+        if ":" in rule and not rule.startswith((" ", "\t")) and "=" not in rule.split(":", 1)[0]:
+            if target in INSTRUCTOR_TARGETS:
+                continue
+        kept.append(para)
+    out = "\n\n".join([MAKEFILE_HEADER.rstrip("\n"), *kept])
+    lines = []
+    for line in out.splitlines():
+        if line.startswith((".PHONY:", "setup:")):
+            head, deps = line.split(":", 1)
+            line = head + ":" + "".join(f" {d}" for d in deps.split() if d not in INSTRUCTOR_TARGETS)
+        lines.append(line)
+    return "\n".join(lines) + "\n"
 
 
 def build(out: Path) -> list[Path]:
@@ -70,6 +132,7 @@ def build(out: Path) -> list[Path]:
         elif src.exists():
             shutil.copy2(src, dest)
     (out / "README.md").write_text(README)
+    (out / "Makefile").write_text(learner_makefile((REPO / "Makefile").read_text()))
     files = [p for p in out.rglob("*") if p.is_file()]
     problems = []
     for p in files:

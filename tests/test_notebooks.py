@@ -8,11 +8,10 @@ For every lab in solutions/ (labs added later are picked up automatically):
   *imported* (each forbidden reference under the answer's name), *pasted* (each reference's source
   pasted in) and *copied prediction* (each prediction assigned from its measurement); judged in the
   sandbox under seed B, each earns at most a tenth of the points; no notebook runs again for this;
-- the solution runs again under seed B and still scores full marks; this second run skips the
-  sections behind RUN_VLLM / RUN_REAL (the functions there are graded on hidden raw data, and the seed-A run
-  already proved them), so every question whose answers it
-  produced must score full;
-- the generated student copy (answers stubbed) runs to its last cell and scores zero.
+- the seed-A run's answers, judged under seed B (another scenario, other hidden cases), still score
+  full marks (judging only: the notebook itself runs under seed B as the student copy below);
+- the generated student copy (answers stubbed) runs to its last cell with no error cell (each cell
+  that needs an unwritten answer says what to write and goes on) and scores zero.
 
 All runs use LIGHT=True (the smallest workloads that still run every cell), so the suite fits CI's
 time on a 2-core machine. LAB_FULL=1 runs the solutions at their default sizes, as a learner would.
@@ -90,6 +89,18 @@ def _last_student_cell_ran(out: Path, name: str) -> bool:
     return code[-1].execution_count is not None
 
 
+def _error_cells(out: Path, name: str) -> list[str]:
+    """'cell N: Error: message' for each code cell of an executed notebook that raised."""
+    nb = nbformat.read(str(out / "executed" / "ci" / name), as_version=4)
+    return [
+        f"cell {i}: {o.get('ename')}: {str(o.get('evalue'))[:200]}"
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", SOLUTIONS, ids=IDS)
 def test_solution_scores_full_marks(path, solution_run):
@@ -155,14 +166,23 @@ def test_bypass_submissions_score_at_most_a_tenth(path, solution_run, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", SOLUTIONS, ids=IDS)
-def test_solution_scores_full_marks_under_a_second_seed(path, tmp_path):
+def test_solution_scores_full_marks_under_a_second_seed(path, solution_run, tmp_path):
+    """The seed-A run's answers, judged in the sandbox under seed B (its own scenario and hidden
+    cases), still score full marks. The notebook itself already runs under seed B as the student
+    copy (test_student_copy_runs_to_the_end_and_scores_zero), so it is not run a third time."""
+    outcome, feedback, out = solution_run(path)
     lab = path.name[:2]
-    outcome, feedback = _grade(path, tmp_path, _params(**SKIP_SERVERS), SEED_B)
-    saved, _ = load_answers(tmp_path / "answers" / "ci" / lab)
-    exercised = [q for q in questions_for(lab) if all(n in saved for n in q.answers)]
-    short = [q.id for q in exercised if outcome.scores[q.id] != q.points]
-    assert not short, f"under seed B these scored less than full marks: {short}\n{feedback}"
-    assert exercised, "no question's answers were computed outside the server sections"
+    answers_dir = out / "answers" / "ci" / lab
+    grader = Grader(tmp_path / "out", seed=SEED_B, copies="off")
+    try:
+        results = grader.judge_saved(lab, answers_dir)
+    finally:
+        grader.close()
+    assert {r.id for r in results} == {q.id for q in questions_for(lab)}
+    short = [
+        f"{r.id} {r.earned:g}/{r.points:g} ({r.status}: {r.message})" for r in results if r.earned != r.points
+    ]
+    assert not short, "under seed B these scored less than full marks:\n" + "\n".join(short)
 
 
 @pytest.mark.slow
@@ -170,7 +190,9 @@ def test_solution_scores_full_marks_under_a_second_seed(path, tmp_path):
 def test_student_copy_runs_to_the_end_and_scores_zero(path, tmp_path):
     lab = REPO / "labs" / path.name
     outcome, feedback = _grade(lab, tmp_path, {"BACKEND": "cpu", "LIGHT": True, **SKIP_SERVERS}, SEED_B)
-    assert outcome.status == "ok" or outcome.status.startswith("cell errors"), outcome.status
+    # Run All reaches the end with no error cell: each cell that needs an answer not written yet says
+    # so in one line (lab_utils.notebook) and the cells that do not need it still run
+    assert outcome.status == "ok", f"{outcome.status}: {_error_cells(tmp_path, path.name)}"
     assert all(v == 0 for v in outcome.scores.values()), feedback
     assert len(outcome.scores) == len(questions_for(path.name[:2])) >= 2
     _record(path.name[:2], "stub", outcome.total, sum(outcome.possible.values()))
@@ -208,3 +230,38 @@ def test_zz_grading_table():
     (REPO / "out").mkdir(exist_ok=True)
     (REPO / "out" / "grading-table.md").write_text(text)
     print("\n" + text)
+
+
+SILENT_LIMIT_S = 15.0  # a cell that runs longer says what it does, done/total and the time left
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    reason="issue 39 item 2 is open: not every long cell prints progress yet; this lists the ones that do not",
+    strict=False,
+)
+def test_zz_no_silent_minute():
+    """Every cell of this session's solution runs (papermill's per-cell durations in the executed copies)
+    that took longer than 15 s printed progress in lab_utils.notebook's form, or a server's start-up lines."""
+    import re
+
+    from lab_utils.notebook import PROGRESS_PATTERN
+
+    if not _RUNS:
+        pytest.skip("no solution ran in this session")
+    silent = []
+    for name, (*_, out) in sorted(_RUNS.items()):
+        nb = nbformat.read(str(out / "executed" / "ci" / name), as_version=4)
+        for i, cell in enumerate(nb.cells):
+            took = (cell.metadata.get("papermill") or {}).get("duration") or 0
+            if cell.cell_type != "code" or took <= SILENT_LIMIT_S:
+                continue
+            text = "".join(
+                o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream"
+            )
+            if not re.search(PROGRESS_PATTERN, text) and not re.search(
+                r"\d+%\|.*\|\s*\d+/\d+", text
+            ):  # or tqdm
+                first = next((ln for ln in cell.source.splitlines() if ln.strip()), "")[:70]
+                silent.append(f"{name} cell {i} ({took:.0f} s, no progress): {first}")
+    assert not silent, "\n".join(silent)

@@ -3,9 +3,12 @@ files; no solutions, no instructor side; the public checks work inside it."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKS = """
@@ -52,3 +55,42 @@ def test_the_learners_copy_has_no_solutions_and_its_checks_work(tmp_path):
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "RESULT correct | not yet right | " in run.stdout, run.stdout
+
+
+ADVERTISED = re.compile(r"\bmake ([a-z][a-z-]*)")
+
+
+def test_the_learners_copy_advertises_only_targets_that_work_there(tmp_path):
+    """README and Makefile name `make lab` and `make check LAB=NN`; each works in the copy (lab as a dry
+    run, check for real on the stub of lab 02, which starts no server), instructor targets are gone."""
+    out = tmp_path / "class"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "release.py"), str(out)], check=True, cwd=tmp_path)
+    readme, makefile = (out / "README.md").read_text(), (out / "Makefile").read_text()
+    advertised = set(ADVERTISED.findall(readme)) | set(ADVERTISED.findall(makefile))
+    assert {"lab", "check"} <= advertised <= {"lab", "check", "setup"}, advertised
+    assert "ssh -L" in readme and "token" in readme, "the remote lab machine section is missing"
+    for gone in ("test", "test-fast", "gpu-check", "release", "labs", "sandbox"):
+        dry = subprocess.run(["make", "-n", gone], cwd=out, capture_output=True, text=True)
+        assert dry.returncode != 0, f"make {gone} is still a target in the learner's copy"
+    for target in sorted(advertised):
+        dry = subprocess.run(["make", "-n", target, "LAB=02"], cwd=out, capture_output=True, text=True)
+        assert dry.returncode == 0, f"make -n {target}: {dry.stdout}{dry.stderr}"
+    assert (
+        "the grader"
+        not in subprocess.run(["make", "-n", "setup"], cwd=out, capture_output=True, text=True).stdout
+    ), "an instructor note in the learner's set-up"
+    # make check for real, with this checkout's environment (its stamp kept as it is: nothing installs)
+    venv = REPO / ".venv"
+    stamp = next(venv.glob(".installed-*"), None)
+    if stamp is None:
+        pytest.skip("no course environment here")
+    run = subprocess.run(
+        ["make", "-o", str(stamp), "check", "LAB=02", f"VENV={venv}", f"STAMP={stamp}"],
+        cwd=out,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "lab 02: 0/" in run.stdout and "points on the public checks" in run.stdout, run.stdout[-3000:]
+    assert "raised in" not in run.stdout, run.stdout[-3000:]

@@ -316,6 +316,7 @@ class ServerProcess:
     def _wait_healthy(self) -> None:
         deadline = self.started_at + self.startup_timeout
         delay = 0.1
+        said = self.started_at  # a start-up longer than 15 s says so every 15 s (no silent minute)
         while True:
             code = self.proc.poll()
             if code is not None:
@@ -333,6 +334,14 @@ class ServerProcess:
                     f"(health: {self.url}{self.health_path or ''}); raise startup_timeout if the "
                     "machine is just slow",
                     self.log_tail(),
+                )
+            now = time.monotonic()
+            if now - said >= 15:
+                said = now
+                print(
+                    f"{self.name}: not ready yet after {now - self.started_at:.0f} s "
+                    f"(gives up after {self.startup_timeout:.0f} s)",
+                    flush=True,
                 )
             time.sleep(delay)
             delay = min(delay * 1.5, 1.0)

@@ -119,6 +119,10 @@ def plot_block_tables(
                 fontsize=9,
                 color="black",
                 fontweight="bold" if shared else "normal",
+                # white behind the label of a hatched (shared) block, or the hatching hides it
+                bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8}
+                if shared
+                else None,
             )
     if not rids:
         ax.text(width / 2, 0.5, "no request holds blocks", ha="center", va="center", color="#666666")
@@ -146,8 +150,11 @@ def plot_memory_grid(
         for block_id in table:
             owners.setdefault(block_id, []).append(rid)
     fill = _block_fill(frame)
-    ncols = ncols or min(frame.num_blocks, 8)
+    dense = frame.num_blocks > 16  # small cells: short labels, or they run into each other
+    ncols = ncols or (min(frame.num_blocks, 8) if not dense else 16)
     nrows = -(-frame.num_blocks // ncols)
+    # white behind the labels: hatched (shared) and dark blocks stay readable
+    label_box = {"boxstyle": "square,pad=0.08", "facecolor": "white", "edgecolor": "none", "alpha": 0.8}
     fig, ax = _new_axes(ax, (0.75 * ncols + 1.0, 0.75 * nrows + 0.9))
     free_pos = {b: i for i, b in enumerate(frame.free_queue)}
     for block_id in range(frame.num_blocks):
@@ -187,13 +194,26 @@ def plot_memory_grid(
             str(block_id),
             ha="center",
             va="center",
-            fontsize=9,
+            fontsize=7 if dense else 9,
             fontweight="bold" if shared else "normal",
+            bbox=label_box if shared else None,
         )
         sub = f"ref {ref}" if ref else (f"free #{free_pos[block_id]}" if block_id in free_pos else "")
         if frame.block_hash[block_id] and not ref:
             sub = f"cached #{free_pos.get(block_id, '?')}"
-        ax.text(x + 0.5, y + 0.32, sub, ha="center", va="center", fontsize=6.5, color="#333333")
+        if dense:  # the free queue's order is in the title; a cell keeps only what sets it apart
+            sub = f"×{ref}" if shared else ("cached" if frame.block_hash[block_id] and not ref else "")
+        if sub:
+            ax.text(
+                x + 0.5,
+                y + 0.3,
+                sub,
+                ha="center",
+                va="center",
+                fontsize=5.5 if dense else 6.5,
+                color="#222222",
+                bbox=label_box if shared else None,
+            )
     ax.set_xlim(0, ncols)
     ax.set_ylim(0, nrows)
     ax.set_aspect("equal")
@@ -211,7 +231,11 @@ def plot_frame(frame: Frame, colours: dict[str, tuple] | None = None, ncols: int
     import matplotlib.pyplot as plt
 
     colours = colours or request_colours(list(frame.block_tables))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.2), gridspec_kw={"width_ratios": [1.2, 1]})
+    grid_rows = -(
+        -frame.num_blocks // (ncols or (min(frame.num_blocks, 8) if frame.num_blocks <= 16 else 16))
+    )
+    height = max(3.2, 0.5 * max(grid_rows, len(frame.block_tables)) + 1.3)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, height), gridspec_kw={"width_ratios": [1.2, 1]})
     plot_block_tables(frame, ax=left, colours=colours)
     plot_memory_grid(frame, ax=right, ncols=ncols, colours=colours)
     hits = (

@@ -116,7 +116,7 @@ def _legend_handles(measured: bool) -> list:
             hatch="////",
             label="waiting + prefill" if measured else "prefill",
         ),
-        Patch(facecolor="#555555", label="decode"),
+        Patch(facecolor="tab:blue", label="decode (each request its colour)"),
         Patch(facecolor=PADDING_COLOUR, alpha=0.6, hatch="xx", label="padding (finished, slot held)"),
         Patch(facecolor=IDLE_COLOUR, edgecolor="#cccccc", label="idle slot"),
         Line2D([], [], color="red", marker="x", linestyle="none", label="preempted"),
@@ -303,8 +303,14 @@ def explorer_result(
         raise ValueError(f"policy must be 'static', 'continuous' or 'dynamic', got {policy!r}")
     result = simulate(make_workload(float(load)), cfg, cost)
     m = summarize(result)
+    if policy == "dynamic":  # one forward pass answers a whole request: its tok/s is not an LLM's
+        return result, (
+            f"{cfg.name} at {load:.3g} req/s: one-shot model, one pass per request (tok/s not comparable "
+            f"with LLM decoding), {len(result.requests) / max(len(result.steps), 1):.1f} requests per pass, "
+            f"p50 latency {m.ttft_p50:.2f} s"
+        )
     return result, (
-        f"{cfg.name} at {load:g} req/s: {m.output_tokens_per_s:.0f} tok/s, "
+        f"{cfg.name} at {load:.3g} req/s: {m.output_tokens_per_s:.0f} tok/s, "
         f"p50 TTFT {m.ttft_p50:.2f} s, slot use {m.slot_utilisation:.0%}"
     )
 
