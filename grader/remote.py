@@ -103,8 +103,13 @@ class Runner:
                 cmd[-1] = "/tmp/in/prints.json"
         cmd += ["--forbid", *forbid]
         if library is not None:  # the course library without this question's references
-            if sandbox is not None:
+            if sandbox is not None:  # over the course library, and first on the path wherever that is
                 sandbox.read_only[str(library / "lab_utils")] = str(_COURSE_LIBRARY)
+                sandbox.read_only[str(library)] = "/tmp/in/library"
+                env = {
+                    **env,
+                    "PYTHONPATH": os.pathsep.join(filter(None, ["/tmp/in/library", env.get("PYTHONPATH")])),
+                }
             else:
                 env = {
                     **env,

@@ -147,9 +147,11 @@ def forbid(specs: list[str]) -> tuple[dict[int, str], list[tuple]]:
             head, _, name = attr.rpartition(".")
             for part in head.split("."):
                 owner = getattr(owner, part)
-        original = owner.__dict__.get(name, None) if isinstance(owner, type) else getattr(owner, name)
+        original = owner.__dict__.get(name, None) if isinstance(owner, type) else getattr(owner, name, None)
         if original is None:
-            original = getattr(owner, name)
+            original = getattr(owner, name, None)
+        if original is None:  # a method of a class already replaced whole
+            continue
         if stub_spec(original) or (isinstance(original, property) and stub_spec(original.fget)):
             continue  # a course reference: absent from this library already
         if isinstance(original, type):
