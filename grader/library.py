@@ -18,6 +18,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -62,10 +63,28 @@ def _root() -> Path:
     holds nothing secret: the course library and hashes), removed at exit."""
     global _ROOT
     if _ROOT is None:
-        _ROOT = Path(tempfile.mkdtemp(prefix="lab-grader-libraries-"))
+        _sweep_stale()
+        _ROOT = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
         _ROOT.chmod(0o755)
         atexit.register(shutil.rmtree, _ROOT, True)
     return _ROOT
+
+
+_PREFIX = "lab-grader-libraries-"
+
+
+def _sweep_stale() -> None:
+    """Remove the copies of grader processes that died without their exit handlers (killed)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*"):
+        pid = folder.name[len(_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:
+            pass
 
 
 def prints_file(prints: dict[str, str]) -> Path:
