@@ -584,8 +584,12 @@ class Grader:
             raise Stopped("the grader was interrupted")
         if not self.sandboxed:
             return None
+        # both tmpfs are memory outside the run's measured set: a run's are capped inside its limit
+        # (/dev/shm: an eighth, at most 512 MB, which vLLM's CPU workers need); a judge runner's small
         tmp_mb = self.tmp_mb_for(lab) if lab else min(self.tmp_mb, 1024)
-        box = Sandbox(hide=self._hidden_paths(), tmp_mb=tmp_mb, gpu=_gpu_visible())
+        memory = self.memory_for(lab) if lab else 0
+        shm_mb = min(512, max(64, memory // 8)) if memory else (512 if lab else 64)
+        box = Sandbox(hide=self._hidden_paths(), tmp_mb=tmp_mb, shm_mb=shm_mb, gpu=_gpu_visible())
         if uid is not None:
             box.uid = uid
         if job_in is not None:

@@ -243,7 +243,7 @@ class Sandbox:
     writable: dict[str, str] = field(default_factory=dict)  # host folders written inside (/tmp/out)
     hide: list[str] = field(default_factory=list)  # host folders replaced by an empty one inside
     tmp_mb: int = 2048  # the private /tmp (the working folder lives there), in memory
-    shm_mb: int = 64
+    shm_mb: int = 512  # vLLM's CPU workers pass tensors through shared memory
     env: dict[str, str] = field(default_factory=dict)
     cwd: str = INSIDE_WORK
     gpu: bool = False
