@@ -290,7 +290,7 @@ def test_library_shortcuts_score_zero():
     }
     for qid, answers in cases.items():
         r = _score(qid, **answers)
-        assert r.earned == 0 and "reference" in r.message, (qid, r)
+        assert r.earned == 0 and ("reference" in r.message or "not allowed here" in r.message), (qid, r)
 
 
 _TORCH_P90 = """
