@@ -448,7 +448,9 @@ def test_tmp_is_capped_and_a_new_session_stays_in_the_run(tmp_path):
         "    print('FULL', e.errno)\n",
         Sandbox(tmp_mb=16),
     )
-    assert "SAME True" in out.stdout and "FULL 28" in out.stdout, out.stdout + out.stderr
+    # the setsid filter is off (grader/sandbox.py: it stopped the course's servers from being
+    # stopped), so a new session is allowed again; the /tmp cap and the pids limit still hold
+    assert "SAME" in out.stdout and "FULL 28" in out.stdout, out.stdout + out.stderr
     assert 0 < int(out.stdout.split("NPROC")[1].split()[0]) <= 4096
 
 
@@ -483,6 +485,11 @@ ATTACK = (
 
 @needs_sandbox
 @needs_root
+@pytest.mark.xfail(
+    reason="the setsid filter that kept a CPU hog in one session is off: it broke stopping the course servers "
+    "(open, issue 38 item 6)",
+    strict=False,
+)
 def test_a_fork_bomb_and_cpu_hog_leave_a_neighbours_time_in_bounds():
     """A neighbour needing 1 s of CPU, alone and beside a run that forks until its process limit
     (40 here) and spins in every child, each in its own session: the neighbour still finishes in
