@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import sys
 from pathlib import Path
+
+from lab_utils.grading import safe_ast
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     params = {}
     for name, value in args.parameter:
         try:
-            params[name] = ast.literal_eval(value)
+            params[name] = safe_ast.literal_eval(value)
         except (ValueError, SyntaxError):
             params[name] = value
     try:

@@ -50,6 +50,7 @@ import threading
 import time
 from pathlib import Path
 
+from lab_utils.grading import safe_ast
 from lab_utils.grading.registry import lab_limits, lab_scenario
 from lab_utils.grading.scoring import REFERENCE
 
@@ -229,7 +230,7 @@ def _defined_names(source: str) -> set[str]:
     """Top-level names a cell defines (functions, classes, assignments); magics are skipped."""
     code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
     try:
-        tree = ast.parse(code)
+        tree = safe_ast.parse(code)
     except SyntaxError:
         return {a or b for a, b in re.findall(r"^(?:def|class)\s+(\w+)|^(\w+)\s*=", code, re.M)}
     names: set[str] = set()

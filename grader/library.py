@@ -25,6 +25,7 @@ import threading
 import types
 from pathlib import Path
 
+from lab_utils.grading import safe_ast
 from lab_utils.grading.absent import codes_of, fingerprint, stub_source
 
 REPO = Path(__file__).resolve().parent.parent
@@ -207,14 +208,14 @@ def solution_prints(lab: str) -> set[str]:
                 line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!"))
             )
             try:
-                tree = ast.parse(src)
+                tree = safe_ast.parse(src)
             except SyntaxError:
                 continue
             defs = [
                 n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
             ]
             try:
-                todo = [compile(ast.Module(defs, []), "<solution>", "exec")]
+                todo = [safe_ast.compile_tree(ast.Module(defs, []), "<solution>", "exec")]
             except (SyntaxError, ValueError):
                 continue
             while todo:

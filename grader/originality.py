@@ -26,6 +26,8 @@ import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab_utils.grading import safe_ast
+
 REPO = Path(__file__).resolve().parent.parent
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 COPY_SHARE = 0.6  # of the lab's answer blocks, verbatim
@@ -143,7 +145,7 @@ class _Anonymise(ast.NodeTransformer):
 
 
 def _shape(node: ast.AST, keep_names: bool) -> str:
-    node = ast.parse(ast.unparse(node))  # a private copy
+    node = safe_ast.parse(ast.unparse(node))  # a private copy
     _strip_docstrings(node)
     top = node.body[0] if node.body else node
     if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -160,7 +162,7 @@ def _definitions(nb) -> dict[str, ast.AST]:
     for src in _code_cells(nb):
         code = "\n".join(line for line in src.splitlines() if not line.lstrip().startswith(("%", "!")))
         try:
-            tree = ast.parse(code)
+            tree = safe_ast.parse(code)
         except SyntaxError:
             continue
         for node in tree.body:
@@ -196,7 +198,7 @@ def _reference_source(spec: str) -> ast.AST | None:
     except Exception:
         return None
     try:
-        tree = ast.parse(_dedent(src))
+        tree = safe_ast.parse(_dedent(src))
     except SyntaxError:
         return None
     return tree.body[0] if tree.body else None
@@ -205,7 +207,7 @@ def _reference_source(spec: str) -> ast.AST | None:
 def _skeleton(node: ast.AST) -> list[str]:
     """The definition's syntax as a sequence of node kinds (constants kept, names dropped): what
     `similarity` compares."""
-    tree = ast.parse(ast.unparse(node))
+    tree = safe_ast.parse(ast.unparse(node))
     _strip_docstrings(tree)
     out: list[str] = []
 

@@ -128,6 +128,8 @@ def run_step(name: str, progress: Callable[[str], None] = print) -> bool:
 def report_setup(needs: tuple[str, ...] | list[str] = tuple(STEPS), run_missing: bool = False) -> bool:
     """Print each step's state; offer (or, with run_missing, run) the missing ones. True when all ready."""
     missing = missing_steps(needs)
+    if not needs:
+        print("set-up: this lab needs no set-up step (no model, no server)")
     for name in needs:
         print(f"{'ready  ' if name not in missing else 'MISSING'}  {name}: {STEPS[name].what}")
     if not missing:

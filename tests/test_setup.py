@@ -43,6 +43,23 @@ def test_unknown_step_is_a_clear_error():
         setup.missing_steps(["gpu-drivers"])
 
 
+def _named_steps(setup_src: str) -> list[str]:
+    """The steps a setup cell's report_setup(...) call checks: its literal list, or every step."""
+    import ast
+
+    code = "\n".join(line for line in setup_src.splitlines() if not line.lstrip().startswith(("%", "!")))
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "report_setup":
+            return list(ast.literal_eval(node.args[0])) if node.args else list(setup.STEPS)
+    raise AssertionError("no report_setup call")
+
+
+def test_named_steps_reads_the_call():
+    assert _named_steps("report_setup()") == list(setup.STEPS)
+    assert _named_steps("x = 1\nreport_setup(['model'])") == ["model"]
+    assert _named_steps("report_setup([])") == []
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_every_labs_setup_cell_reports_ready(repo):
@@ -55,7 +72,7 @@ def test_every_labs_setup_cell_reports_ready(repo):
     from lab_utils.gpu_mode import lab_notebooks, setup_cells
 
     combined = nbformat.v4.new_notebook()
-    slots = {}
+    slots, slots_src = {}, {}
     for path in lab_notebooks(repo / "solutions"):
         params, setup_src = setup_cells(nbformat.read(str(path), as_version=4))
         assert "report_setup(" in setup_src, f"{path.name}: the setup cell should call report_setup()"
@@ -66,6 +83,7 @@ def test_every_labs_setup_cell_reports_ready(repo):
             nbformat.v4.new_code_cell(setup_src),
         ]
         slots[path.name] = len(combined.cells) - 1
+        slots_src[path.name] = setup_src
     NotebookClient(
         combined,
         timeout=300,
@@ -78,6 +96,9 @@ def test_every_labs_setup_cell_reports_ready(repo):
         errors = [o for o in outputs if o.get("output_type") == "error"]
         assert not errors, f"{name}: setup cell raised {errors[0].get('ename')}: {errors[0].get('evalue')}"
         text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
-        assert "ready    model" in text and "ready    triton-env" in text and "MISSING" not in text, (
-            f"{name}: setup cell did not report every step ready:\n{text[-800:]}"
-        )
+        needs = _named_steps(slots_src[name])
+        assert "MISSING" not in text, f"{name}: a set-up step is missing:\n{text[-800:]}"
+        if not needs:
+            assert "no set-up step" in text, f"{name}: the setup cell should say it needs no set-up:\n{text}"
+        for step in needs:
+            assert f"ready    {step}:" in text, f"{name}: set-up step {step} not reported ready:\n{text[-800:]}"

@@ -18,6 +18,8 @@ import ast
 import hashlib
 import types
 
+from . import safe_ast
+
 MARK = "lab-forbidden:"  # in every stub's constants: how the runner knows a stub when it sees one
 # what a stubbed class keeps: making and showing an instance (the course builds some at import)
 KEEP = frozenset(
@@ -45,7 +47,7 @@ def stub_source(source: str, targets: dict[str, str]) -> str:
     bases, decorators, fields and the methods that make an instance (KEEP: a dataclass still holds
     data, and the course builds some at import); every other method it defines raises, and it carries `__lab_forbidden__` so an answer that is or subclasses it is refused.
     """
-    tree = ast.parse(source)
+    tree = safe_ast.parse(source)
     lines = source.splitlines(keepends=True)
     edits: list[tuple[int, int, list[str]]] = []  # (first line index, end index exclusive, text)
 
