@@ -471,6 +471,7 @@ class Grader:
         if copies not in ("zero", "flag", "off"):
             raise ValueError(f"--copies must be zero or flag, got {copies!r}")
         self.copies = copies  # a copy of the published solution: scores 0, is flagged, or (CI) unchecked
+        self.cpus = 0.0  # each run's CPU share while the machine is busy (grade_class: cores / workers)
         self.scratch = Path(tempfile.mkdtemp(prefix="lab-grader-"))
         os.chmod(self.scratch, 0o700)
         self.stopping = threading.Event()  # set on Ctrl-C: no new run starts, running ones are killed
@@ -590,7 +591,9 @@ class Grader:
         tmp_mb = self.tmp_mb_for(lab) if lab else min(self.tmp_mb, 1024)
         memory = self.memory_for(lab) if lab else 0
         shm_mb = min(512, max(64, memory // 8)) if memory else (512 if lab else 64)
-        box = Sandbox(hide=self._hidden_paths(), tmp_mb=tmp_mb, shm_mb=shm_mb, gpu=_gpu_visible())
+        box = Sandbox(
+            hide=self._hidden_paths(), tmp_mb=tmp_mb, shm_mb=shm_mb, gpu=_gpu_visible(), cpus=self.cpus
+        )
         if uid is not None:
             box.uid = uid
         if job_in is not None:
@@ -1129,6 +1132,8 @@ def grade_class(
                 grader.config(), todo, finished, address=ray_address, num_cpus=workers, progress=progress
             )
         else:
+            if workers > 1:  # runs side by side: none may take a neighbour's cores (sandbox._throttle)
+                grader.cpus = max(1.0, (os.cpu_count() or 1) / workers)
             _runner.run_local(grader, todo, workers, finished)
         path = write_gradebook(out, outcomes)
         progress(f"gradebook: {path}")

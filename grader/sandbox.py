@@ -249,6 +249,7 @@ class Sandbox:
     gpu: bool = False
     uid: int = NOBODY  # the host uid learner code runs as when the grader is root
     nproc: int = NPROC_LIMIT
+    cpus: float = 0.0  # the run's CPU share in cores while the machine is busy (0: no share; see _throttle)
 
     def options(self) -> list[str]:
         root = privileged()
@@ -384,40 +385,17 @@ class Sandbox:
         """`cmd` run inside this sandbox with exactly `env` (plus `self.env`) as its environment.
 
         The result is started through `guarded` (the guard passes the options to bubblewrap on a
-        pipe, so the sandbox's own /proc/1/cmdline shows no host path, and adds the seccomp filter)."""
+        pipe, so the sandbox's own /proc/1/cmdline shows no host path, and keeps the run to its CPU share)."""
         exe = _bwrap()
         if exe is None:
             raise RuntimeError(sandbox_problem())
         if env:
             self.env = {**env, **self.env}
         opts = self.options()
-        return [exe, _OPTS_MARK, str(len(opts)), *opts, "--", *self.inner(cmd)]
+        return [exe, _OPTS_MARK, str(len(opts)), f"{max(0.0, self.cpus):g}", *opts, "--", *self.inner(cmd)]
 
 
 _OPTS_MARK = "--lab-sandbox-options"
-
-
-def _no_setsid_filter() -> bytes:
-    """A seccomp program (classic BPF) that turns setsid() into a no-op returning 0: every process
-    of a run stays in its session, so the kernel's per-session CPU share (autogroup) counts the
-    whole run once, however many busy processes it starts."""
-    import struct
-
-    ld_abs, jeq, ret = 0x20, 0x15, 0x06
-    allow, errno0 = 0x7FFF0000, 0x00050000
-    prog = [
-        (ld_abs, 0, 0, 4),  # 0: the architecture
-        (jeq, 0, 3, 0xC000003E),  # 1: x86_64 ? 2 : 5
-        (ld_abs, 0, 0, 0),  # 2: the syscall number
-        (jeq, 4, 0, 112),  # 3: setsid ? 8 : 4
-        (jeq, 3, 4, 0x40000000 | 112),  # 4: x32 setsid ? 8 : 9
-        (jeq, 0, 3, 0xC00000B7),  # 5: aarch64 ? 6 : 9
-        (ld_abs, 0, 0, 0),  # 6
-        (jeq, 0, 1, 157),  # 7: setsid ? 8 : 9
-        (ret, 0, 0, errno0),  # 8
-        (ret, 0, 0, allow),  # 9
-    ]
-    return b"".join(struct.pack("<HBBI", *ins) for ins in prog)
 
 
 # --- the parent side ---------------------------------------------------------------------------
@@ -586,19 +564,91 @@ def _pipe_with(data: bytes) -> int:
     return r
 
 
-def _bwrap_by_pipe(cmd: list[str]) -> tuple[list[str], list[int]]:
-    """A `Sandbox.wrap` command with its options moved to a pipe (`bwrap --args FD`) and the
-    seccomp filter added: the sandbox's pid 1 is bubblewrap, and its command line is all that a
-    learner's code can read of the host side."""
-    if len(cmd) < 3 or cmd[1] != _OPTS_MARK:
-        return cmd, []
-    n = int(cmd[2])
-    opts, rest = cmd[3 : 3 + n], cmd[3 + n :]
-    # The setsid filter (_no_setsid_filter) is off: with setsid a no-op, the course's servers
-    # (started with start_new_session=True, stopped with killpg on their own pid) could not be
-    # stopped, and every lab that starts vLLM ended in TimeoutExpired (labs 01 and 14).
+def _bwrap_by_pipe(cmd: list[str]) -> tuple[list[str], list[int], float]:
+    """A `Sandbox.wrap` command with its options moved to a pipe (`bwrap --args FD`), and the run's
+    CPU share: the sandbox's pid 1 is bubblewrap, and its command line is all that a learner's code
+    can read of the host side."""
+    if len(cmd) < 4 or cmd[1] != _OPTS_MARK:
+        return cmd, [], 0.0
+    n, cpus = int(cmd[2]), float(cmd[3])
+    opts, rest = cmd[4 : 4 + n], cmd[4 + n :]
     args = _pipe_with(b"".join(o.encode() + b"\0" for o in opts))
-    return [cmd[0], "--args", str(args), *rest], [args]
+    return [cmd[0], "--args", str(args), *rest], [args], cpus
+
+
+# --- the CPU share -------------------------------------------------------------------------------
+# There are no writable cgroups on the machines this runs on, and the kernel's per-session share
+# (autogroup) counts a run once per session it starts: a run that forks 40 busy processes, each
+# calling setsid, got 40/41 of the machine. A filter that made setsid a no-op fixed that but broke
+# the course's servers, which start in a session of their own and are stopped by killpg on their
+# pid. So the guard measures the CPU time of everything the run started and, while the machine has
+# no idle core, stops the whole run (SIGSTOP, then SIGCONT) long enough to bring it back to its
+# share. A machine with idle time charges nothing: a run alone uses every core.
+
+TICK_S = 0.2  # how often the guard measures
+BURST_S = 0.5  # CPU seconds a run may run ahead of its share before it is paused
+BUSY_IDLE_CORES = 0.25  # less idle than this (in cores) over a tick: the machine is busy
+
+
+def _tree(pid: int):
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def tree_cpu_seconds(procs) -> float:
+    """CPU seconds used by `procs` and the children they have waited for."""
+    import psutil
+
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue  # exited: its parent's children times hold it once waited for
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def _signal_all(procs, sig: int) -> None:
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except Exception:  # psutil.Error: it exited
+            continue
+
+
+def _throttle(root: int, cpus: float, running) -> None:
+    """Keep the processes under `root` (not `root` itself) within `cpus` cores while the machine
+    is busy, until running() is False."""
+    import psutil
+
+    idle_before = psutil.cpu_times().idle
+    used_before = tree_cpu_seconds(_tree(root))
+    debt = 0.0  # CPU seconds used beyond the share while the machine was busy
+    while running():
+        time.sleep(TICK_S)
+        procs = _tree(root)
+        used, idle = tree_cpu_seconds(procs), psutil.cpu_times().idle
+        spent, spare = max(0.0, used - used_before), max(0.0, idle - idle_before)
+        used_before, idle_before = used, idle
+        if spare > BUSY_IDLE_CORES * TICK_S:
+            debt = 0.0  # a core was idle: nobody waited for this run's time
+            continue
+        debt = max(0.0, debt + spent - cpus * TICK_S)
+        if debt <= BURST_S:
+            continue
+        pause = min(1.0, (debt - BURST_S / 2) / cpus)
+        _signal_all(procs, signal.SIGSTOP)
+        try:
+            time.sleep(pause)
+        finally:
+            _signal_all(_tree(root), signal.SIGCONT)  # whatever is there now, stopped or not
+        debt = max(0.0, debt - cpus * pause)
+        used_before, idle_before = tree_cpu_seconds(_tree(root)), psutil.cpu_times().idle
 
 
 def _guard(parent: int, cmd: list[str]) -> int:
@@ -606,10 +656,13 @@ def _guard(parent: int, cmd: list[str]) -> int:
     import threading
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crashing kernel writes no core file
-    cmd, fds = _bwrap_by_pipe(cmd)
+    cmd, fds, cpus = _bwrap_by_pipe(cmd)
     child = subprocess.Popen(cmd, pass_fds=fds)  # same session and group as the guard, limits inherited
     for fd in fds:
         os.close(fd)
+    if cpus > 0:
+        args = (os.getpid(), cpus, lambda: child.poll() is None)
+        threading.Thread(target=_throttle, args=args, daemon=True).start()
 
     def watch() -> None:
         while child.poll() is None:
