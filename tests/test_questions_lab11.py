@@ -130,7 +130,25 @@ def answer_drill(kind, x):
     }
     if kind in table:
         return table[kind]()
+    if kind.startswith("spec_"):
+        return _answer_spec(kind, x)
     return _answer_moe_kv(kind, x)
+
+
+def _answer_spec(kind, x):
+    # vLLM's counters, and the rejection rule at one position, by the rules the lab states
+    if kind in ("spec_tokens_from_counters", "spec_speedup_from_counters"):
+        per_step = 1 + sum(x["accepted_per_pos"]) / x["num_drafts"]
+        if kind == "spec_tokens_from_counters":
+            return per_step
+        return per_step / (1 + x["k"] * x["draft_ms"] / x["target_ms"])
+    p, q = x["target"], x["draft"]
+    if kind == "spec_accept_probability":
+        return min(1.0, p[x["drafted"]] / q[x["drafted"]])
+    if kind == "spec_acceptance_rate":
+        return sum(min(a, b) for a, b in zip(p, q))
+    extra = [max(0.0, a - b) for a, b in zip(p, q)]
+    return extra[x["token"]] / sum(extra)
 
 
 def _answer_moe_kv(kind, x):
@@ -412,5 +430,42 @@ def test_drill_answers_cover_the_moe_and_kv_transfer_kinds():
 
     d = make_drills(0, topics=["kv_transfer"], n=8)
     assert any(x.kind == "kv_transfer_mb" and x.is_correct(via_course_calc(x.kind, x.inputs)) for x in d)
+    r = score_graded(get("11.drill_answers"), dict(answers(), answer_drill=via_course_calc), 3)
+    assert r.earned == 0, r
+
+
+def test_drill_answers_cover_the_speculative_counters_and_rejection_kinds():
+    """The hidden set draws the speculative topic three times: a solver without the counters and the
+    rejection rule loses marks, and one that calls the course's rejection-rule calculators earns 0."""
+    from lab_utils.drills import make_drills
+
+    new = (
+        "spec_tokens_from_counters",
+        "spec_speedup_from_counters",
+        "spec_accept_probability",
+        "spec_residual_probability",
+        "spec_acceptance_rate",
+    )
+
+    def without_new_kinds(kind, x):
+        return None if kind in new else answer_drill(kind, x)
+
+    lost = [
+        score_graded(get("11.drill_answers"), dict(answers(), answer_drill=without_new_kinds), s)
+        for s in SEEDS
+    ]
+    assert any(r.earned < r.points for r in lost), lost
+
+    def via_course_calc(kind, x):
+        if kind == "spec_residual_probability":
+            return calc.spec_residual(x["target"], x["draft"])[x["token"]]
+        if kind == "spec_accept_probability":
+            return calc.spec_accept_probability(x["target"], x["draft"], x["drafted"])
+        return answer_drill(kind, x)
+
+    d = make_drills(0, topics=["speculative"], n=30)
+    assert any(
+        x.kind == "spec_residual_probability" and x.is_correct(via_course_calc(x.kind, x.inputs)) for x in d
+    )
     r = score_graded(get("11.drill_answers"), dict(answers(), answer_drill=via_course_calc), 3)
     assert r.earned == 0, r

