@@ -23,7 +23,7 @@ STAMP       := $(VENV)/.installed-$(if $(GPU),gpu,cpu)
 LAB_PORT    ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: setup lab check test test-fast labs model adapters prometheus venv triton-env sandbox test-tools clean-venv gpu-check release
+.PHONY: setup lab check test test-fast labs model moe adapters prometheus venv triton-env sandbox test-tools clean-venv gpu-check release
 
 # Every lab's set-up in CPU mode; idempotent (a second run takes seconds). `python -m lab_utils.setup`
 # reports the same steps, and a lab's setup cell offers to run a missing one from the notebook.
