@@ -18,9 +18,10 @@ two leading digits name the lab). For each notebook:
    summary and a histogram of totals. A rerun grades only what is missing or changed (--force
    regrades everything), so a grader killed part-way resumes where it stopped.
 
-The notebooks run on a local pool of worker threads or as Ray tasks (runner.py). This module keeps
-the names callers import: Grader, Job, Outcome, grade_class, job_seed, instructor_seed,
-instructor_dir, write_gradebook.
+The notebooks run on a local pool of worker threads or as Ray tasks (runner.py). One idea a file:
+discovery.py finds the notebooks and copies a student's folder, instructor.py holds the private
+seed and keys, this module grades one notebook (Grader), classrun.py grades a class. This module
+keeps the names callers import from it (__all__).
 
 Inputs that cannot be graded each get a row with a clear status and no run:
 - `not a notebook`: a file named for a lab (`02_...`) that is not a .ipynb (when the folder has no
@@ -36,10 +37,8 @@ Inputs that cannot be graded each get a row with a clear status and no run:
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import hashlib
-import hmac
 import json
 import os
 import re
@@ -50,26 +49,22 @@ import threading
 import time
 from pathlib import Path
 
-from lab_utils.grading import safe_ast
 from lab_utils.grading.registry import lab_limits, lab_scenario
 from lab_utils.grading.scoring import REFERENCE
 
+from .discovery import MAX_DEPTH, MAX_FILE_BYTES, content_problem, copy_submission, discover
 from .fingerprint import file_digest, folder_digest, installed_packages, tree_digest
 from .gradebook import (
     Job,
     Outcome,
     atomic_write,
-    load_result,
     safe_name,
-    save_result,
-    summary_text,
     write_gradebook,
-    write_histogram,
 )
+from .instructor import grading_key, hidden_key, instructor_dir, instructor_seed, job_seed, seed_warning
 from .judge import Context, judge_lab
 from .originality import is_copy, pasted_references
-from .registry import all_questions, questions_for
-from .runner import MAX_FOLDER_BYTES  # the whole folder (also the cap on what a Ray task ships)
+from .registry import questions_for
 from .sandbox import (
     INSIDE_IN,
     INSIDE_OUT,
@@ -106,306 +101,31 @@ def _gpu_visible() -> bool:
 
 
 GRADER_VERSION = "3"
-LAB_RE = re.compile(r"^(\d\d)[_\-\w .]*\.ipynb$")
-LAB_PREFIX_RE = re.compile(r"^(\d\d)[_\-. ]")
 MAX_OUTPUT_CHARS = 20_000  # per output, in the executed copy kept for the instructor
 
-__all__ = [
+__all__ = [  # the names callers import from here (the pieces live in discovery, instructor, classrun)
+    "MAX_DEPTH",
+    "MAX_FILE_BYTES",
     "Grader",
     "Job",
     "Outcome",
+    "SandboxUnavailable",
     "Status",
+    "copy_submission",
     "discover",
     "grade_class",
+    "grading_key",
+    "hidden_key",
     "instructor_dir",
     "instructor_seed",
     "job_seed",
+    "seed_warning",
     "write_gradebook",
 ]
 
 # kept for callers of the old private names
 _atomic_write = atomic_write
 _safe = safe_name
-
-
-# --- discovery ---------------------------------------------------------------------------------
-
-
-def _student_key(name: str) -> str:
-    return re.sub(r"[\W_]+", "", name).casefold()
-
-
-def _readable(path: Path) -> str:
-    """ "" if the file is a regular file that can be read, else why not (a FIFO is never opened)."""
-    try:
-        read_bytes(path, MAX_FILE_BYTES)
-        return ""
-    except Refused as exc:
-        return str(exc)
-    except OSError as exc:
-        return f"cannot read {path.name}: {exc.strerror or type(exc).__name__}"
-
-
-def discover(submissions: Path) -> tuple[list[Job], list[str]]:
-    """One job per (student, lab) found; jobs that cannot be graded carry their `problem` (a status
-    text). Also a list of warnings about files that belong to no lab."""
-    if not submissions.is_dir():
-        raise ValueError(f"SUBMISSIONS {submissions} is not a folder; it should hold one folder per student")
-    jobs: list[Job] = []
-    warnings: list[str] = []
-    folders = sorted(p for p in submissions.iterdir() if p.is_dir() and not p.is_symlink())
-    for p in sorted(submissions.iterdir()):
-        if p.is_symlink():  # a link to / or to another student's folder: a row that says so, no run
-            jobs.append(
-                Job(
-                    p.name,
-                    "--",
-                    p,
-                    Status.REFUSED.text("the student folder is a symbolic link; hand in a real folder"),
-                )
-            )
-            continue
-        if not p.is_dir():
-            warnings.append(
-                f"{p.name}: not a student folder (put each student's files in a folder "
-                "named for the student; unpack archives first); skipped"
-            )
-    same: dict[str, list[str]] = {}
-    for d in folders:
-        same.setdefault(_student_key(d.name), []).append(d.name)
-    for student_dir in folders:
-        student = student_dir.name
-        by_lab: dict[str, list[Path]] = {}
-        others: dict[str, list[Path]] = {}
-        for f in sorted(student_dir.iterdir()):
-            if f.name.endswith(".ipynb"):
-                m = LAB_RE.match(f.name)
-                if not m:
-                    warnings.append(
-                        f"{student}/{f.name}: name does not start with a lab number like 02_; skipped"
-                    )
-                    continue
-                by_lab.setdefault(m.group(1), []).append(f)
-            elif (m := LAB_PREFIX_RE.match(f.name)) and not f.name.startswith("."):
-                others.setdefault(m.group(1), []).append(f)
-        for lab, files in others.items():
-            if lab not in by_lab:  # a lab's work handed in as something other than a notebook
-                f = files[0]
-                jobs.append(
-                    Job(
-                        student,
-                        lab,
-                        f,
-                        Status.NOT_A_NOTEBOOK.text(
-                            f"{f.name} is not a .ipynb file; submit the notebook saved by JupyterLab"
-                        ),
-                    )
-                )
-        if not by_lab and not others:
-            warnings.append(f"{student}: no notebook to grade")
-        twins = same[_student_key(student)]
-        for lab, files in sorted(by_lab.items()):
-            nb = files[0]
-            if len(twins) > 1:
-                problem = Status.DUPLICATE.text(
-                    f"student folders {' and '.join(twins)} have the same name ignoring case and "
-                    "punctuation; merge them into one folder"
-                )
-            elif len(files) > 1:
-                problem = Status.DUPLICATE.text(
-                    f"{len(files)} notebooks for lab {lab} ({', '.join(f.name for f in files)}); keep one"
-                )
-            elif nb.is_symlink():
-                problem = Status.REFUSED.text(f"{nb.name} is a symbolic link; hand in the notebook itself")
-            elif why := _readable(nb):
-                problem = Status.UNREADABLE.text(why)
-            else:
-                problem = ""
-            jobs.append(Job(student, lab, nb, problem))
-    jobs.sort(key=lambda j: (j.student, j.lab))
-    return jobs, warnings
-
-
-def _defined_names(source: str) -> set[str]:
-    """Top-level names a cell defines (functions, classes, assignments); magics are skipped."""
-    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
-    try:
-        tree = safe_ast.parse(code)
-    except SyntaxError:
-        return {a or b for a, b in re.findall(r"^(?:def|class)\s+(\w+)|^(\w+)\s*=", code, re.M)}
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                for n in ast.walk(t):
-                    if isinstance(n, ast.Name):
-                        names.add(n.id)
-    return names
-
-
-def content_problem(nb, lab: str) -> str:
-    """A status text when a parsed notebook cannot be this lab's work: empty, or another lab's."""
-    code = [c.source for c in nb.cells if c.cell_type == "code" and c.source.strip()]
-    if not code:
-        return Status.EMPTY.text("the notebook has no code in it")
-    text = "\n".join(code)
-    called = sorted(set(re.findall(r"lab_scenario\(\s*['\"](\d\d)['\"]", text)))
-    if called and lab not in called:
-        return Status.WRONG_LAB.text(
-            f'named for lab {lab} but its code is lab {called[0]}\'s (lab_scenario("{called[0]}"...)); '
-            f"rename it {called[0]}_... if that is the work meant"
-        )
-    if called:
-        return ""
-    defined: set[str] = set()
-    for src in code:
-        defined |= _defined_names(src)
-    hits: dict[str, int] = {}
-    for q in all_questions():
-        hits.setdefault(q.lab, 0)
-        hits[q.lab] += len(defined & set(q.answers))
-    if hits.get(lab, 0) == 0:
-        best = max((n, other) for other, n in hits.items() if other != lab) if len(hits) > 1 else (0, "")
-        if best[0] >= 2:
-            return Status.WRONG_LAB.text(
-                f"named for lab {lab} but it defines lab {best[1]}'s answers and none of lab {lab}'s"
-            )
-    return ""
-
-
-# --- one notebook ------------------------------------------------------------------------------
-
-
-def instructor_dir() -> Path:
-    """The instructor's private folder (`LAB_INSTRUCTOR_DIR`, default ~/.config/llm-serving-lab/instructor)."""
-    override = os.environ.get("LAB_INSTRUCTOR_DIR")
-    return Path(override) if override else Path.home() / ".config" / "llm-serving-lab" / "instructor"
-
-
-def _private_file(name: str, make, progress=print) -> str:
-    path = instructor_dir() / name
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        value = make()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(path.parent, 0o700)
-        atomic_write(path, f"{value}\n")
-        os.chmod(path, 0o600)
-        progress(f"created {path}; keep that file private and keep it for regrades")
-        return str(value)
-
-
-def instructor_seed(progress=print) -> int:
-    """The class's grading seed, kept in the instructor's folder and never in a learner's copy.
-
-    Created at random on first use. Keep it: regrading with the same seed gives the same grades.
-    """
-    import secrets
-
-    text = _private_file("seed", lambda: secrets.randbelow(2**31 - 1) + 1, progress)
-    try:
-        return int(text)
-    except ValueError:
-        path = instructor_dir() / "seed"
-        raise ValueError(f"{path} should hold one integer (the grading seed); fix or delete it") from None
-
-
-def signing_key(progress=print) -> bytes:
-    """The key saved grades are signed with (instructor folder, created on first use)."""
-    import secrets
-
-    return _private_file("signing.key", lambda: secrets.token_hex(32), progress).encode()
-
-
-def grading_key(progress=print) -> bytes:
-    """The full-strength secret (32 random bytes, instructor folder, created on first use) that
-    every notebook's SEED and every hidden case derive from; the grading seed only picks a variant,
-    so a notebook that sees its SEED learns nothing it can search the seed space with."""
-    import secrets
-
-    text = _private_file("grading.key", lambda: secrets.token_hex(32), progress)
-    try:
-        key = bytes.fromhex(text)
-    except ValueError:
-        key = b""
-    if len(key) < 16:
-        path = instructor_dir() / "grading.key"
-        raise ValueError(f"{path} should hold 32 random bytes in hex (the grading key); fix or delete it")
-    return key
-
-
-SHORT_SEED_BITS = 64
-
-
-def seed_warning(seed: int) -> str:
-    """A note for an explicit --seed that an exhaustive search could cover (shorter than 64 bits)."""
-    if abs(int(seed)).bit_length() >= SHORT_SEED_BITS:
-        return ""
-    return (
-        f"warning: --seed {seed} is short ({abs(int(seed)).bit_length()} bits); it only selects a variant. "
-        f"Scenarios and hidden cases are keyed by {instructor_dir() / 'grading.key'}: keep that file private "
-        "and keep it for regrades"
-    )
-
-
-def job_seed(seed: int, student: str, lab: str, key: bytes | None = None) -> int:
-    """The scenario seed one student's notebook of one lab runs with (never 0, the public seed):
-    an HMAC of the grading key (`grading_key()` when not given) with the seed, student and lab."""
-    key = grading_key() if key is None else key
-    mac = hmac.new(key, f"scenario/{int(seed)}/{student}/{lab}".encode(), hashlib.sha256).digest()
-    return int.from_bytes(mac[:4], "big") % (2**31 - 1) + 1
-
-
-def hidden_key(seed: int, key: bytes) -> str:
-    """The key the hidden checks draw their cases from: the grading key mixed with the seed."""
-    return hmac.new(key, f"hidden/{int(seed)}".encode(), hashlib.sha256).hexdigest()
-
-
-MAX_FILE_BYTES = 50 * 2**20  # one file in a student's folder
-MAX_DEPTH = 8
-MAX_FILES = 2000
-
-
-def copy_submission(src: Path, dest: Path, keep: str) -> str:
-    """Copy a student's folder (without their other labs' notebooks) into `dest`; "" or why not.
-
-    Symlinks, devices, sockets and pipes are refused, as are files over MAX_FILE_BYTES, folders over
-    MAX_FOLDER_BYTES, MAX_FILES files or MAX_DEPTH levels: the student gets a row with the reason.
-    """
-    total = count = 0
-    dest.mkdir(parents=True, exist_ok=True)
-    stack = [(src, dest, 0)]
-    while stack:
-        here, there, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            return f"folders nested deeper than {MAX_DEPTH} levels ({here.relative_to(src)})"
-        for entry in sorted(os.scandir(here), key=lambda e: e.name):
-            rel = Path(entry.path).relative_to(src)
-            if entry.is_symlink():
-                return f"{rel} is a symbolic link; hand in real files"
-            if entry.is_dir(follow_symlinks=False):
-                (there / entry.name).mkdir()
-                stack.append((Path(entry.path), there / entry.name, depth + 1))
-                continue
-            if not entry.is_file(follow_symlinks=False):
-                return f"{rel} is not a regular file (a device, socket or pipe)"
-            if depth == 0 and entry.name.endswith(".ipynb") and entry.name != keep:
-                continue
-            size = entry.stat(follow_symlinks=False).st_size
-            total += size
-            count += 1
-            if size > MAX_FILE_BYTES:
-                return f"{rel} is larger than {MAX_FILE_BYTES >> 20} MB"
-            if total > MAX_FOLDER_BYTES:
-                return f"the folder holds more than {MAX_FOLDER_BYTES >> 20} MB"
-            if count > MAX_FILES:
-                return f"the folder holds more than {MAX_FILES} files"
-            shutil.copyfile(entry.path, there / entry.name, follow_symlinks=False)
-    return ""
 
 
 def _venv_bin() -> str:
@@ -1015,137 +735,4 @@ def _feedback(job: Job, outcome: Outcome, results: list[dict], hidden: list[dict
     return "\n".join(lines)
 
 
-# --- a class -----------------------------------------------------------------------------------
-
-
-def grade_class(
-    submissions: Path,
-    out: Path,
-    hidden_tests: Path | None = None,
-    workers: int = 1,
-    timeout: float | None = None,
-    memory_mb: int | None = None,
-    force: bool = False,
-    parameters: dict | None = None,
-    progress=print,
-    seed: int | None = None,
-    ray: bool = False,
-    ray_address: str | None = None,
-    sandboxed: bool = True,
-    disk_mb: int = 512,
-    tmp_mb: int = 4096,
-    copies: str = "zero",
-) -> list[Outcome]:
-    """Grade every notebook under `submissions` into `out`; returns the outcomes.
-
-    `ray=True` (or a `ray_address`) runs each notebook as a Ray task; `workers` is then the number
-    of CPUs of the local Ray cluster started for the run (ignored with an address).
-    """
-    if workers < 1:
-        raise ValueError(f"--workers must be at least 1, got {workers}")
-    STOP.clear()
-    jobs, warnings = discover(submissions)
-    for w in warnings:
-        progress(plain(f"warning: {w}", 500))
-    out.mkdir(parents=True, exist_ok=True)
-    cache = out / ".cache"
-    if seed is None:
-        seed = instructor_seed(progress)
-    elif note := seed_warning(seed):
-        progress(note)
-    secret = signing_key(progress)
-    key = grading_key(progress)
-    grader = Grader(
-        out,
-        hidden_tests,
-        timeout=timeout,
-        memory_mb=memory_mb,
-        parameters=parameters,
-        seed=seed,
-        sandboxed=sandboxed,
-        disk_mb=disk_mb,
-        tmp_mb=tmp_mb,
-        protect=[submissions],
-        copies=copies,
-        key=key.hex(),
-    )
-    if not sandboxed:
-        progress("warning: grading WITHOUT a sandbox (--no-sandbox); every row says 'unsandboxed'")
-    outcomes: list[Outcome] = []
-    lock = threading.Lock()
-    try:
-        todo: list[Job] = []
-        kept = 0
-        for job in jobs:
-            if job.problem:  # nothing to run: a row with the reason, every run
-                outcome, feedback = grader.grade(job)
-                outcomes.append(outcome)
-                atomic_write(out / "feedback" / _safe(job.student) / f"{job.lab}.md", feedback)
-                progress(plain(f"not graded: {job.student}/{job.notebook.name}: {outcome.status}", 500))
-                continue
-            cached = None if force else load_result(cache, job, grader.job_key(job), secret)
-            if cached is not None:
-                outcomes.append(cached)
-                kept += 1
-            else:
-                todo.append(job)
-        if kept:
-            progress(f"{kept} unchanged notebook(s) kept from the last run (--force regrades them)")
-        where = (
-            f"Ray at {ray_address}"
-            if ray_address
-            else f"a local Ray cluster of {workers} CPU(s)"
-            if ray
-            else f"{workers} worker(s)"
-        )
-        limits = (
-            f"{timeout:.0f} s" if timeout is not None else "the lab's time",
-            f"{memory_mb} MB" if memory_mb is not None else "the lab's memory",
-        )
-        box = "in a sandbox" if sandboxed else "UNSANDBOXED"
-        progress(f"grading {len(todo)} notebook(s) on {where}, {box}, {limits[0]} and {limits[1]} each")
-        write_gradebook(out, outcomes)
-        bar = _runner.Progress(len(todo), progress)
-
-        def finished(result) -> None:
-            job, outcome, feedback, executed, error = result
-            if outcome is None:
-                outcome = _runner.error_outcome(job, error, questions_for(job.lab))
-                feedback = (
-                    f"# Lab {job.lab} — {markdown_text(job.student, 100)}\n\n"
-                    f"The grader failed: {markdown_text(error, 400)}\n"
-                )
-            else:
-                outcome.key = grader.job_key(job)  # the key of what this run read, whoever graded it
-            with lock:
-                if executed is not None:
-                    atomic_write(out / "executed" / _safe(job.student) / job.notebook.name, executed)
-                atomic_write(out / "feedback" / _safe(job.student) / f"{job.lab}.md", feedback)
-                if outcome.kind is not Status.GRADER_ERROR:  # a grader error is graded again next run
-                    save_result(cache, outcome, secret)
-                outcomes.append(outcome)
-                write_gradebook(out, outcomes)
-                bar.update(outcome)
-
-        if ray or ray_address:
-            _runner.run_ray(
-                grader.config(), todo, finished, address=ray_address, num_cpus=workers, progress=progress
-            )
-        else:
-            if workers > 1:  # runs side by side: none may take a neighbour's cores (sandbox._throttle)
-                grader.cpus = max(1.0, (os.cpu_count() or 1) / workers)
-            _runner.run_local(grader, todo, workers, finished)
-        path = write_gradebook(out, outcomes)
-        progress(f"gradebook: {path}")
-        report = summary_text(outcomes)
-        atomic_write(out / "summary.txt", report + "\n")
-        progress("per question (points earned across submissions):\n" + report)
-        hist = write_histogram(out, outcomes)
-        if hist:
-            progress(f"histogram of totals: {hist}")
-        return outcomes
-    finally:
-        grader.close()
-
-
-from . import runner as _runner  # noqa: E402  (runner imports Grader lazily; no cycle at import time)
+from .classrun import grade_class  # noqa: E402  (it builds a Grader when called)
