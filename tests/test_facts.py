@@ -195,6 +195,42 @@ def check_lm_format_enforcer(v):
     return problems
 
 
+def check_structured_per_server(v):
+    problems = []
+    if not re.search(
+        rf'_REMOVED_GUIDED_FIELDS = frozenset\([^)]*"{v}"', _src("entrypoints/serve/engine/protocol.py")
+    ):
+        problems.append(f"{v} is no longer among vLLM's removed (ignored) guided-decoding fields")
+    if "Request-level structured output backend selection is not" not in _src("sampling_params.py"):
+        problems.append("SamplingParams no longer refuses a request-level backend")
+    return problems
+
+
+def check_integer_maximum(v):
+    import json
+
+    pytest.importorskip("xgrammar")
+    pytest.importorskip("outlines_core")
+    import xgrammar
+    from outlines_core.json_schema import build_regex_from_schema
+
+    schema = json.dumps(
+        {
+            "type": "object",
+            "required": ["n"],
+            "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 999}},
+        }
+    )
+    # bounded: the integer's rule has no open-ended run of digits ([0-9]* in either notation)
+    xgr = str(xgrammar.Grammar.from_json_schema(schema))
+    integer_rule = next(line for line in xgr.splitlines() if line.startswith("root_1 ::="))
+    observed = {
+        "xgrammar": "[0-9]*" not in integer_rule,
+        "outlines": "[0-9]*" not in build_regex_from_schema(schema),
+    }
+    return _same("integer maximum bounds the digits", v, observed)
+
+
 def check_api_key_env(v):
     return _missing("vllm/envs.py variables", (v,), set(re.findall(r'"(VLLM_[A-Z_]+)"', _src("envs.py"))))
 
@@ -527,6 +563,8 @@ CHECKS: dict[str, Callable[[Any], list[str]]] = {
     "vllm.structured_outputs_backends": check_structured_backends,
     "vllm.structured_outputs_default_backend": check_structured_default,
     "vllm.lm_format_enforcer_broken": check_lm_format_enforcer,
+    "vllm.structured_outputs_backend_per_server": check_structured_per_server,
+    "structured.integer_maximum_bounds_digits": check_integer_maximum,
     "vllm.max_lora_ranks": check_max_lora_ranks,
     "vllm.kv_connectors": check_kv_connectors,
     "vllm.kv_offloading_cpu_error": check_kv_offloading_cpu_error,
