@@ -486,20 +486,25 @@ family("gateway", "the gateway's admission", "lab_utils.gateway:TokenBucket", "l
 # --- interview drills --------------------------------------------------------------------------
 
 family("replicas", "the replica count", f"{CALC}:replicas_needed")
+# the MoE and KV drills' calculators, in families of their own: labs 13 and 14 forbid them where
+# the question asks for the same arithmetic (an all-to-all's bytes, a prompt's stored KV)
+family("moe_params_calc", "the parameter counts", f"{CALC}:moe_param_counts")
+family(
+    "kv_bytes_calc",
+    "the KV bytes",
+    f"{CALC}:mla_kv_bytes_per_token",
+    f"{CALC}:gqa_kv_bytes_per_token",
+    f"{CALC}:kv_transfer_bytes",
+)
+family("ep_alltoall", "the all-to-all bytes", f"{CALC}:ep_alltoall_bytes_per_token")
+family("load_recompute", "the load-or-recompute crossover", f"{CALC}:load_recompute_crossover_tokens")
 family(
     "moe_kv_drills",
     "the drill's arithmetic",
-    *(
-        f"{CALC}:{name}"
-        for name in (
-            "moe_param_counts",
-            "mla_kv_bytes_per_token",
-            "gqa_kv_bytes_per_token",
-            "ep_alltoall_bytes_per_token",
-            "kv_transfer_bytes",
-            "load_recompute_crossover_tokens",
-        )
-    ),
+    "+moe_params_calc",
+    "+kv_bytes_calc",
+    "+ep_alltoall",
+    "+load_recompute",
 )
 family(
     "drill_calculators",
@@ -534,9 +539,21 @@ family(
     "lab_utils.engine.model_runner:accept_greedy",
     "lab_utils.engine.sampler:Sampler.accept_sampled",
     "lab_utils.engine.sampler:Sampler.sample",
+    # transformers' assisted generation verifies drafts by rejection sampling in one call
+    "transformers.generation.utils:_speculative_sampling",
     "+rejection_rule",
 )
 family("kv_transfer", "the transfer time", "lab_utils.deploy.disagg:transfer_seconds")
+# lab 13: vLLM's expert-parallel load balancer (EPLB) replicates hot experts and packs them on GPUs
+_EPLB = "vllm.distributed.eplb.policy.default:DefaultEplbPolicy"
+family(
+    "expert_placement",
+    "the expert placement",
+    f"{_EPLB}.rebalance_experts",
+    f"{_EPLB}.rebalance_experts_hierarchical",
+    f"{_EPLB}.replicate_experts",
+    f"{_EPLB}.balanced_packing",
+)
 family(
     "kv_tier_counters",
     "the counters' arithmetic",
