@@ -2,8 +2,9 @@
 
 Each shortcut is one call of a function the learner's environment holds, wrapped in the answer's
 signature: the drills' calculators (lab_utils.drills.calc) for 13.a2a_bytes, 13.kv_per_token,
-14.kv_bytes_stored and 14.crossover; vLLM's expert load balancer for 13.placement; transformers'
-rejection sampler for 04.verify_sampled. The test shows the shortcut passes the question's hidden
+14.kv_bytes_stored and 14.crossover; vLLM's expert load balancer for 13.placement and its disk
+connector's block rounding for 14.kv_bytes_stored; transformers' rejection sampler for
+04.verify_sampled. The test shows the shortcut passes the question's hidden
 check (it would have scored before the question forbade it), then that the judge scores it 0 with
 the catalogue's refusal. The vLLM and transformers ones import those packages (10-20 s each) and
 are marked slow; so are the two that run a sandboxed runner.
@@ -125,6 +126,21 @@ def test_vllms_expert_load_balancer_scores_zero_for_placement():
     assert _passes_hidden("13.placement", place_via_eplb)
     result = _judged("13.placement", place_via_eplb)
     assert result.earned == 0 and "rebalance_experts" in result.message, result.message
+
+
+def stored_via_connector(spec, prompt_len, block_size, dtype_bytes):
+    from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import align_to_block_size
+
+    per_token = 2 * spec["num_layers"] * spec["num_kv_heads"] * spec["head_dim"] * dtype_bytes
+    return align_to_block_size(prompt_len, block_size) * per_token
+
+
+@pytest.mark.slow  # imports vLLM (about 15 s)
+def test_the_disk_connectors_rounding_scores_zero_for_stored_bytes():
+    """The lab sends the learner to read align_to_block_size; calling it is the stored-token rule."""
+    assert _passes_hidden("14.kv_bytes_stored", stored_via_connector)
+    result = _judged("14.kv_bytes_stored", stored_via_connector)
+    assert result.earned == 0 and "align_to_block_size" in result.message, result.message
 
 
 @pytest.mark.slow  # imports transformers' generation code (about 10 s)

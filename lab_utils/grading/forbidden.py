@@ -544,6 +544,12 @@ family(
     "+rejection_rule",
 )
 family("kv_transfer", "the transfer time", "lab_utils.deploy.disagg:transfer_seconds")
+# lab 14: vLLM's disk connector rounds a prompt down to the whole blocks it stores, last token left out
+family(
+    "stored_tokens",
+    "the stored tokens",
+    "vllm.distributed.kv_transfer.kv_connector.v1.example_connector:align_to_block_size",
+)
 # lab 13: vLLM's expert-parallel load balancer (EPLB) replicates hot experts and packs them on GPUs
 _EPLB = "vllm.distributed.eplb.policy.default:DefaultEplbPolicy"
 family(

@@ -49,7 +49,7 @@ _TIER = {
     "load_overhead_s": 0.01,
 }
 # lab_utils.memory's re-export is the same object: absent too; and the drills' KV calculators
-_KV_REFS = refs("kv_block_bytes", "kv_bytes_calc")
+_KV_REFS = refs("kv_block_bytes", "kv_bytes_calc", "stored_tokens")
 
 
 @question("14.kv_bytes_stored", points=2, answers=["kv_bytes_stored"], forbid=_KV_REFS)
