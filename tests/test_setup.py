@@ -101,4 +101,6 @@ def test_every_labs_setup_cell_reports_ready(repo):
         if not needs:
             assert "no set-up step" in text, f"{name}: the setup cell should say it needs no set-up:\n{text}"
         for step in needs:
-            assert f"ready    {step}:" in text, f"{name}: set-up step {step} not reported ready:\n{text[-800:]}"
+            assert f"ready    {step}:" in text, (
+                f"{name}: set-up step {step} not reported ready:\n{text[-800:]}"
+            )
