@@ -125,7 +125,7 @@ def discover(submissions: Path) -> tuple[list[Job], list[str]]:
 
 def _defined_names(source: str) -> set[str]:
     """Top-level names a cell defines (functions, classes, assignments); magics are skipped."""
-    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    code = safe_ast.without_magics(source)
     try:
         tree = safe_ast.parse(code)
     except SyntaxError:

@@ -204,9 +204,7 @@ def solution_prints(lab: str) -> set[str]:
         for cell in nbformat.read(str(path), as_version=4).cells:
             if cell.cell_type != "code":
                 continue
-            src = "\n".join(
-                line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!"))
-            )
+            src = safe_ast.without_magics(cell.source)
             try:
                 tree = safe_ast.parse(src)
             except SyntaxError:

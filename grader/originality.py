@@ -37,7 +37,7 @@ MIN_TOKENS = 8  # a shorter block is too generic to count as copied (`x = 3`)
 
 def _tokens(code: str) -> list[str]:
     """The code's tokens without comments and blank lines; magics dropped."""
-    code = "\n".join(line for line in code.splitlines() if not line.lstrip().startswith(("%", "!")))
+    code = safe_ast.without_magics(code)
     out = []
     try:
         for tok in tokenize.generate_tokens(io.StringIO(code).readline):
@@ -160,7 +160,7 @@ def _definitions(nb) -> dict[str, ast.AST]:
     """The last top-level def/class of each name in the notebook (as the cells would leave it)."""
     found: dict[str, ast.AST] = {}
     for src in _code_cells(nb):
-        code = "\n".join(line for line in src.splitlines() if not line.lstrip().startswith(("%", "!")))
+        code = safe_ast.without_magics(src)
         try:
             tree = safe_ast.parse(code)
         except SyntaxError:

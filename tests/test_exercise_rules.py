@@ -16,6 +16,7 @@ import pytest
 
 from grader.registry import hidden_check
 from lab_utils.grading import lab_scenario, questions_for
+from lab_utils.grading.safe_ast import without_magics
 
 REPO = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((REPO / "solutions").glob("[0-9][0-9]_*.ipynb"))
@@ -59,9 +60,7 @@ def test_lab_ends_with_what_you_measured(path):
 
 def _parsed_cells(path: Path):
     for cell in _code(path):
-        source = "\n".join(
-            line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!"))
-        )
+        source = without_magics(cell.source)
         try:
             yield ast.parse(source)
         except SyntaxError:
@@ -106,9 +105,7 @@ def _top_level_definitions(path: Path) -> dict[str, str]:
     (the last binding of a name wins, as it would when the cells run in order)."""
     kinds: dict[str, str] = {}
     for cell in _code(path):
-        source = "\n".join(
-            line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!"))
-        )
+        source = without_magics(cell.source)
         try:
             tree = ast.parse(source)
         except SyntaxError:

@@ -37,6 +37,7 @@ import pytest
 
 from grader.registry import hidden_check
 from lab_utils.grading.registry import all_questions, lab_scenario, seeded_rng
+from lab_utils.grading.safe_ast import without_magics
 from lab_utils.grading.scoring import _code_objects, _resolve
 
 REPO = Path(__file__).resolve().parent.parent
@@ -133,7 +134,7 @@ def _solution_defs() -> dict[tuple[str, str], ast.arguments]:
             if cell["cell_type"] != "code":
                 continue
             src = "".join(cell["source"])
-            src = "\n".join(line for line in src.splitlines() if not line.lstrip().startswith(("%", "!")))
+            src = without_magics(src)
             try:
                 tree = ast.parse(src)
             except SyntaxError:

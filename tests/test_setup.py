@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from lab_utils import setup
+from lab_utils.grading.safe_ast import without_magics
 
 
 def test_after_make_setup_every_step_is_ready():
@@ -47,7 +48,7 @@ def _named_steps(setup_src: str) -> list[str]:
     """The steps a setup cell's report_setup(...) call checks: its literal list, or every step."""
     import ast
 
-    code = "\n".join(line for line in setup_src.splitlines() if not line.lstrip().startswith(("%", "!")))
+    code = without_magics(setup_src)
     for node in ast.walk(ast.parse(code)):
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "report_setup":
             return list(ast.literal_eval(node.args[0])) if node.args else list(setup.STEPS)

@@ -28,3 +28,8 @@ def compile_tree(tree: ast.AST, filename: str, mode: str = "exec"):
 def literal_eval(text: str):
     with LOCK:
         return ast.literal_eval(text)
+
+
+def without_magics(source: str) -> str:
+    """A notebook cell's code without its IPython lines (`%magic`, `!shell`), which are not Python."""
+    return "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
