@@ -92,11 +92,12 @@ def prints_file(prints: dict[str, str]) -> Path:
     """`prints` written where a sandboxed runner can read it (a file per distinct set)."""
     data = json.dumps(prints, sort_keys=True)
     path = _root() / f"prints-{hashlib.sha256(data.encode()).hexdigest()[:16]}.json"
-    if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(data)
-        tmp.chmod(0o644)
-        tmp.replace(path)
+    if not path.exists():  # two workers may write the same set at once: each its own temporary
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
     return path
 
 

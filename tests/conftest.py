@@ -29,3 +29,19 @@ def course_model() -> Path:
     from lab_utils.models import course_model_path
 
     return course_model_path()
+
+
+@pytest.fixture(autouse=True)
+def _limits_restored():
+    """A test that caps the pytest process (an address-space cap, a CPU limit) must lift it: every
+    later test, and every kernel and server they start, inherits it (a CI run once failed two later
+    tests on a cap left behind: a MemoryError in lab 04's kernel, a failed mmap of the model)."""
+    import resource
+
+    kinds = (resource.RLIMIT_AS, resource.RLIMIT_DATA, resource.RLIMIT_CPU, resource.RLIMIT_FSIZE)
+    before = {k: resource.getrlimit(k) for k in kinds}
+    yield
+    changed = {k: v for k, v in before.items() if resource.getrlimit(k) != v}
+    for k, v in changed.items():
+        resource.setrlimit(k, v)
+    assert not changed, f"the test left process limits changed: {sorted(changed)}"

@@ -120,6 +120,34 @@ def test_a_forbidden_reference_refuses_learner_callers_however_reached(tmp_path)
             r.close()
 
 
+class _RunsOnLoad:
+    """Unpickled, it calls numpy's percentile: learner code that runs while the runner loads it."""
+
+    def __reduce__(self):
+        import numpy
+
+        return (numpy.percentile, ([1.0, 2.0, 3.0], 50))
+
+
+def test_an_answer_that_runs_a_reference_while_loaded_is_refused_each_time_asked(tmp_path):
+    """The runner unpickles an answer when the judge first asks for it, under the watch."""
+    folder = _answers(tmp_path / "a", "def other(x):\n    return x + 1\n")
+    (folder / "loaded.pkl").write_bytes(cloudpickle.dumps(_RunsOnLoad()))
+    (folder / "broken.pkl").write_bytes(b"not a pickle")
+    r = _runner(folder, tmp_path, ["numpy:percentile"])
+    try:
+        for _ in range(2):
+            with pytest.raises(UsesReference, match="percentile"):
+                r.answer("loaded")
+        assert r.answer("other")(1) == 2  # the other answers are untouched
+        with pytest.raises(LookupError, match="could not be loaded"):
+            r.answer("broken")
+        with pytest.raises(LookupError, match="was not saved"):
+            r.answer("../a/other")
+    finally:
+        r.close()
+
+
 def test_a_forbidden_property_is_absent_for_course_code_too(tmp_path):
     """Course code that would read the reference for the answer (weight_bytes is num_params times
     the dtype's size) is a route to it: in the runner the reference is absent for everyone."""

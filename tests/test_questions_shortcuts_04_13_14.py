@@ -109,6 +109,18 @@ def place_via_eplb(loads, num_gpus, slots_per_gpu):
     return [flat[g * slots_per_gpu : (g + 1) * slots_per_gpu] for g in range(num_gpus)]
 
 
+def place_via_eplb_unhooked(loads, num_gpus, slots_per_gpu):
+    """The same call after removing the runner's import hook, which would have stubbed it."""
+    import sys
+
+    sys.meta_path[:] = [f for f in sys.meta_path if "Forbid" not in type(f).__name__]
+    import torch
+    from vllm.distributed.eplb.policy.default import DefaultEplbPolicy
+
+    phy = DefaultEplbPolicy.rebalance_experts(torch.tensor([loads]), num_gpus * slots_per_gpu, 1, 1, num_gpus)
+    return [[int(e) for e in (phy[0] if isinstance(phy, tuple) else phy)[0]]]
+
+
 def verify_via_transformers(target_probs, draft_probs, draft_tokens, seed):
     import torch
     from transformers.generation.utils import _speculative_sampling
@@ -153,7 +165,7 @@ def test_transformers_speculative_sampling_scores_zero_for_verify_sampled():
     assert result.earned == 0 and "_speculative_sampling" in result.message, result.message
 
 
-@pytest.mark.slow  # two sandboxed runners, importing vLLM and transformers (about 30 s)
+@pytest.mark.slow  # three sandboxed runners, importing vLLM and transformers (about 30 s)
 def test_the_sandboxed_runner_refuses_both(tmp_path):
     import cloudpickle
 
@@ -164,19 +176,34 @@ def test_the_sandboxed_runner_refuses_both(tmp_path):
         pytest.skip(sandbox_problem())
     folder = tmp_path / "answers"
     folder.mkdir()
-    for name, fn in (("place", place_via_eplb), ("verify", verify_via_transformers)):
+    for name, fn in (
+        ("place", place_via_eplb),
+        ("unhooked", place_via_eplb_unhooked),
+        ("verify", verify_via_transformers),
+    ):
         answer = types.FunctionType(fn.__code__, {"__builtins__": __builtins__, "__name__": "__main__"}, name)
         answer.__module__ = "__main__"  # saved by value, as a notebook's function is
         (folder / f"{name}.pkl").write_bytes(cloudpickle.dumps(answer))
+    from grader.library import fingerprints
+
     forbid = list(get("13.placement").forbid) + list(get("04.verify_sampled").forbid)
+    prints = {**fingerprints(get("13.placement")), **fingerprints(get("04.verify_sampled"))}
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
     p = [[0.5, 0.3, 0.2], [0.2, 0.2, 0.6], [0.1, 0.8, 0.1]]
-    for name, args in (("place", ([3.0, 1.0, 1.0, 1.0], 2, 3)), ("verify", (p, p[:2], [0, 2], 7))):
+    loads = ([3.0, 1.0, 1.0, 1.0], 2, 3)
+    for name, args in (("place", loads), ("unhooked", loads), ("verify", (p, p[:2], [0, 2], 7))):
         r = Runner(
-            folder, forbid, Sandbox(hide=[]), sys.executable, env, tmp_path / "runner.log", timeout=120.0
+            folder,
+            forbid,
+            Sandbox(hide=[]),
+            sys.executable,
+            env,
+            tmp_path / "runner.log",
+            timeout=120.0,
+            prints=prints,
         )
         try:
-            with pytest.raises(UsesReference):
+            with pytest.raises(UsesReference, match="rebalance|_speculative"):
                 r.answer(name)(*args)
         finally:
             r.close()

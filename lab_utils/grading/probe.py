@@ -113,7 +113,21 @@ def load_answers(folder) -> tuple[dict, dict[str, str]]:
         try:
             answers[path.stem] = cloudpickle.loads(path.read_bytes())
         except Exception as exc:
-            problems[path.stem] = f"could not be loaded: {type(exc).__name__}: {exc}"[:300]
-    for path in sorted(Path(folder).glob("*.pkl.error")):  # (.pkl.frozen markers are not answers)
-        problems.setdefault(path.name[: -len(".pkl.error")], "could not be saved: " + path.read_text())
+            problems[path.stem] = not_loaded(exc)
+    for name, why in not_saved(folder).items():
+        problems.setdefault(name, why)
     return answers, problems
+
+
+def not_loaded(exc: BaseException) -> str:
+    return f"could not be loaded: {type(exc).__name__}: {exc}"[:300]
+
+
+def not_saved(folder) -> dict[str, str]:
+    """{name: why} of the answers the probe could not save (.pkl.frozen markers are not answers)."""
+    from pathlib import Path
+
+    return {
+        path.name[: -len(".pkl.error")]: "could not be saved: " + path.read_text()
+        for path in sorted(Path(folder).glob("*.pkl.error"))
+    }

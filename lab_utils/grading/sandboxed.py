@@ -38,7 +38,11 @@ from .absent import MARK, UsesReference, fingerprint, reachable_codes, stub_spec
 from .wire import WireError, decode, dumps, encode, loads
 
 MAX_ITEMS = 1_000_000  # items one `iter` request materialises
-TAMPER = "the grader's call watch"  # the spec reported when learner code turns the watch off
+TAMPER = "the grader's call watch"
+LAZY_ROOTS = (
+    "vllm",
+    "transformers",
+)  # packages whose forbidden references are stubbed on import  # the spec reported when learner code turns the watch off
 
 
 def _stub(spec: str):
@@ -136,63 +140,167 @@ def forbid(specs: list[str]) -> tuple[dict[int, str], list[tuple]]:
     """Replace each "module:attr" reference that is still there (third-party ones; course ones are
     already stubs in this library) by a stub, wherever a loaded module holds it. Returns the
     C functions among them (by identity) and the C methods (by owner class and name), for the
-    watch."""
+    watch: both are filled in later for a module imported later.
+
+    A reference in vLLM or transformers whose module is not imported yet is replaced the moment
+    that module is imported (an import hook), before any code can take it from there: importing
+    them only to forbid one of their functions cost each runner 4-8 s and 0.5 GB. Those references
+    are Python code, so the watch knows them by fingerprint even if learner code removes the hook;
+    a C function is known by identity only, so its module is imported at once."""
     c_funcs: dict[int, str] = {}
     c_methods: list[tuple] = []
+    pending: dict[str, list[str]] = {}
     for spec in specs:
-        module_name, _, attr = spec.partition(":")
-        module = importlib.import_module(module_name)
-        owner, name = module, attr
-        if "." in attr:  # a method: module:Class.method
-            head, _, name = attr.rpartition(".")
-            for part in head.split("."):
-                owner = getattr(owner, part)
-        original = owner.__dict__.get(name, None) if isinstance(owner, type) else getattr(owner, name, None)
-        if original is None:
-            original = getattr(owner, name, None)
-        if original is None:  # a method of a class already replaced whole
-            continue
-        if stub_spec(original) or (isinstance(original, property) and stub_spec(original.fget)):
-            continue  # a course reference: absent from this library already
-        if isinstance(original, type):
-            stub = type(original.__name__, (), {"__lab_forbidden__": spec, "__new__": _stub(spec)})
-        elif isinstance(original, property):
-            stub = property(_stub(spec))
+        module_name = spec.partition(":")[0]
+        if module_name in sys.modules or module_name.split(".")[0] not in LAZY_ROOTS:
+            _forbid_one(spec, c_funcs, c_methods)
         else:
-            stub = _stub(spec)
-        if not hasattr(original, "__code__") and callable(original) and not isinstance(original, type):
-            if isinstance(owner, type):
-                c_methods.append((owner, name, spec))
-            else:
-                c_funcs[id(original)] = spec
-        root = module_name.split(".")[0]
-        for mod in list(sys.modules.values()):
-            mod_name = getattr(mod, "__name__", "")
-            if not isinstance(mod_name, str) or not (
-                mod_name.startswith("lab_utils") or mod_name.split(".")[0] == root
-            ):
-                continue
-            try:
-                items = list(vars(mod).items())
-            except TypeError:
-                continue
-            for key, value in items:
-                if value is original:
-                    try:
-                        setattr(mod, key, stub)
-                    except (AttributeError, TypeError):
-                        pass
-        try:
-            setattr(owner, name, stub)
-        except (AttributeError, TypeError):
-            pass
+            pending.setdefault(module_name, []).append(spec)
+    if pending:
+        sys.meta_path.insert(0, _ForbidOnImport(pending, c_funcs, c_methods))
     return c_funcs, c_methods
+
+
+class _ForbidOnImport:
+    """A meta-path finder that finds nothing itself: for a module with forbidden references it
+    wraps the real loader so that the references are replaced as soon as the module has run."""
+
+    def __init__(self, pending: dict[str, list[str]], c_funcs: dict, c_methods: list):
+        self.pending, self.c_funcs, self.c_methods = pending, c_funcs, c_methods
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.pending:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        specs, hook = self.pending[name], self
+
+        class _Loader:
+            def create_module(self, module_spec):
+                return loader.create_module(module_spec)
+
+            def exec_module(self, module):
+                loader.exec_module(module)
+                for s in specs:
+                    _forbid_one(s, hook.c_funcs, hook.c_methods)
+
+            def __getattr__(self, attr):  # get_data, get_filename, is_package, ...
+                return getattr(loader, attr)
+
+        spec.loader = _Loader()
+        return spec
+
+
+def _forbid_one(spec: str, c_funcs: dict[int, str], c_methods: list[tuple]) -> None:
+    module_name, _, attr = spec.partition(":")
+    module = sys.modules.get(module_name) or importlib.import_module(module_name)
+    owner, name = module, attr
+    if "." in attr:  # a method: module:Class.method
+        head, _, name = attr.rpartition(".")
+        for part in head.split("."):
+            owner = getattr(owner, part)
+    original = owner.__dict__.get(name, None) if isinstance(owner, type) else getattr(owner, name, None)
+    if original is None:
+        original = getattr(owner, name, None)
+    if original is None:  # a method of a class already replaced whole
+        return
+    if stub_spec(original) or (isinstance(original, property) and stub_spec(original.fget)):
+        return  # a course reference: absent from this library already
+    if isinstance(original, type):
+        stub = type(original.__name__, (), {"__lab_forbidden__": spec, "__new__": _stub(spec)})
+    elif isinstance(original, property):
+        stub = property(_stub(spec))
+    else:
+        stub = _stub(spec)
+    if not hasattr(original, "__code__") and callable(original) and not isinstance(original, type):
+        if isinstance(owner, type):
+            c_methods.append((owner, name, spec))
+        else:
+            c_funcs[id(original)] = spec
+    root = module_name.split(".")[0]
+    for mod in list(sys.modules.values()):
+        mod_name = getattr(mod, "__name__", "")
+        if not isinstance(mod_name, str) or not (
+            mod_name.startswith("lab_utils") or mod_name.split(".")[0] == root
+        ):
+            continue
+        try:
+            items = list(vars(mod).items())
+        except TypeError:
+            continue
+        for key, value in items:
+            if value is original:
+                try:
+                    setattr(mod, key, stub)
+                except (AttributeError, TypeError):
+                    pass
+    try:
+        setattr(owner, name, stub)
+    except (AttributeError, TypeError):
+        pass
+
+
+class SavedAnswers:
+    """The answers saved in a folder, each unpickled when the judge first asks for it, while the
+    runner's watch is on: a runner serves one question, and unpickling every answer cost each
+    runner the imports of all of them (an answer saved by reference to a vLLM function made each of
+    lab 13's seven runners import vLLM, 20 s apiece). A reference that runs while an answer is
+    unpickled refuses that answer for good."""
+
+    def __init__(self, folder: str):
+        from pathlib import Path
+
+        from .probe import not_saved
+
+        self.folder = Path(folder)
+        self.problems: dict[str, str] = not_saved(self.folder)
+        self.loaded: dict[str, object] = {}
+        self.refused: dict[str, str] = {}
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str) or not name.isidentifier():
+            return False
+        if name in self.refused:
+            raise UsesReference(MARK + self.refused[name])
+        if name in self.loaded:
+            return True
+        path = self.folder / f"{name}.pkl"
+        if name in self.problems or not path.is_file():
+            return False
+        import cloudpickle
+
+        from .probe import not_loaded
+
+        try:
+            self.loaded[name] = cloudpickle.loads(path.read_bytes())
+        except UsesReference as exc:
+            spec = str(exc)
+            self.refused[name] = spec[len(MARK) :] if spec.startswith(MARK) else spec
+            raise
+        except Exception as exc:
+            self.problems[name] = not_loaded(exc)
+            return False
+        return True
+
+    def __getitem__(self, name: str):
+        if name not in self:
+            raise KeyError(name)
+        return self.loaded[name]
 
 
 class Runner:
     """Answers, handles and the mirrors of objects the judge sent in."""
 
-    def __init__(self, answers: dict, problems: dict[str, str], watch: Watch | None = None):
+    def __init__(self, answers: SavedAnswers | dict, problems: dict[str, str], watch: Watch | None = None):
         self.answers = answers
         self.problems = problems
         self.watch = watch
@@ -336,16 +444,10 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.prints) as f:
                 prints = {str(k): str(v) for k, v in json.load(f).items()}
         watch = Watch(prints, c_funcs, c_methods)
-        from .probe import load_answers
-
-        watch.start()  # unpickling runs learner code too
-        try:
-            answers, problems = load_answers(args.answers)
-        finally:
-            watch.stop()
-        loaded_with = watch.hit  # a reference copy ran while the answers were unpickled
+        answers = SavedAnswers(args.answers)  # unpickled on demand, under the watch: learner code runs
+        problems = answers.problems
     except BaseException as exc:
-        answers, problems, watch, loaded_with = {}, {}, None, None
+        answers, problems, watch = {}, {}, None
         ready = {"err": _error(exc)}
     replies.write(dumps(ready))
     runner = Runner(answers, problems, watch)
@@ -354,8 +456,6 @@ def main(argv: list[str] | None = None) -> int:
         if not line:
             return 0
         try:
-            if loaded_with is not None:
-                raise UsesReference(MARK + loaded_with)
             request = loads(line)
             if watch is not None:
                 watch.start()
