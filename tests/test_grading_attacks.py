@@ -509,3 +509,28 @@ def test_a_fork_bomb_and_cpu_hog_leave_a_neighbours_time_in_bounds():
     kids = int(box["out"].stdout.split("KIDS")[1].split()[0])
     assert 5 <= kids < 40, box["out"].stdout  # the limit stopped the bomb
     assert under_attack < max(4 * base, base + 6), (base, under_attack)
+
+
+def test_two_workers_writing_the_same_prints_at_once_both_get_the_file():
+    """The grader's workers share one folder of reference fingerprints; two writing the same set at
+    once raced on one temporary file (a CI run: the loser's row became a grader error)."""
+    from grader.library import prints_file
+
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(8)
+
+    def write(n: int) -> None:
+        barrier.wait()
+        try:
+            for i in range(30):
+                path = prints_file({f"race-{n % 2}-{i}": "spec"})
+                assert json.loads(path.read_text()) == {f"race-{n % 2}-{i}": "spec"}
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
