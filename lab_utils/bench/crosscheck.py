@@ -101,13 +101,23 @@ def bench_prompts(args) -> list[str]:
 
 
 def crosscheck(
-    server, *, num_prompts: int = 12, concurrency: int = 4, input_len: int = 32, output_len: int = 16
+    server,
+    *,
+    num_prompts: int = 12,
+    concurrency: int = 4,
+    input_len: int = 32,
+    output_len: int = 16,
+    what: str | None = "cross-check: vLLM's serving benchmark, then the course generator",
 ) -> list[dict]:
-    """Run vLLM's benchmark, then the course generator, on one workload; rows of (metric, vLLM, course)."""
+    """Run vLLM's benchmark, then the course generator, on one workload; rows of (metric, vLLM, course).
+
+    `what` labels the progress line printed after each run (lab_utils.notebook.progress); None: silent.
+    """
     from vllm.benchmarks.serve import main as bench_main
 
     from lab_utils.asyncrun import call_in_thread
     from lab_utils.clients import run_load
+    from lab_utils.notebook import progress
 
     args = vllm_bench_args(
         server, num_prompts=num_prompts, concurrency=concurrency, input_len=input_len, output_len=output_len
@@ -118,17 +128,21 @@ def crosscheck(
         with contextlib.redirect_stdout(io.StringIO()):
             return bench_main(args)
 
-    ref = call_in_thread(bench)
-    ours = run_load(
-        server.base_url,
-        server.model_name,
-        prompts,
-        concurrency=concurrency,
-        max_tokens=output_len,
-        ignore_eos=True,
-        api_key=server.api_key,
-    )
-    s = ours.summary
+    def course():
+        return run_load(
+            server.base_url,
+            server.model_name,
+            prompts,
+            concurrency=concurrency,
+            max_tokens=output_len,
+            ignore_eos=True,
+            api_key=server.api_key,
+        )
+
+    steps = {"vllm": lambda: call_in_thread(bench), "course": course}
+    # the two runs, one after the other; with `what`, a done/total line with the time left after each
+    done = {name: steps[name]() for name in (progress(steps, what) if what else steps)}
+    ref, s = done["vllm"], done["course"].summary
     return [
         {"metric": "requests/s", "vllm_bench": ref["request_throughput"], "course": s.requests_per_s},
         {"metric": "output tok/s", "vllm_bench": ref["output_throughput"], "course": s.output_tokens_per_s},

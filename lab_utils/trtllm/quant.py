@@ -392,8 +392,14 @@ def measure_schemes(
 
     run = QuantRun([], [], [], [], [])
     ref_choice = None
+    if progress:  # done/total and the time left, in lab_utils.notebook's form (a run takes 15-60 s)
+        from lab_utils.notebook import progress as said
+
+        todo = said(schemes, "quantizing and scoring the whole model, one scheme at a time")
+    else:
+        todo = schemes
     try:
-        for s in schemes:
+        for s in todo:
             t1 = time.perf_counter()
             if s.bits is None:
                 lin_bytes, err = n_lin * 2, None
