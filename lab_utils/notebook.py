@@ -84,3 +84,39 @@ def progress(items, what: str, total: int | None = None, every_s: float = 10.0):
             last, spent = now, now - t0
             left = spent / i * (total - i)
             print(f"{what}: {i}/{total} done, {spent:.0f} s so far, about {left:.0f} s left", flush=True)
+
+
+class waiting:  # noqa: N801 (reads as a statement: `with waiting(...)`)
+    """A block that is one long step (an engine's start-up): say every `every_s` seconds that it runs.
+
+    A timer thread prints `what: not ready yet after N s` while the block runs (the form a server's
+    start-up prints, lab_utils.servers.base); the end of the block prints `what: ready after N s`.
+    `.seconds` is the block's time.
+    """
+
+    def __init__(self, what: str, every_s: float = 10.0):
+        self.what, self.every_s, self.seconds = what, every_s, None
+
+    def __enter__(self) -> waiting:
+        import threading
+        import time
+
+        self._t0, self._stop = time.monotonic(), threading.Event()
+
+        def tick() -> None:
+            while not self._stop.wait(self.every_s):
+                print(f"{self.what}: not ready yet after {time.monotonic() - self._t0:.0f} s", flush=True)
+
+        self._thread = threading.Thread(target=tick, name="waiting", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        import time
+
+        self._stop.set()
+        self._thread.join()
+        self.seconds = time.monotonic() - self._t0
+        if exc_type is None:
+            print(f"{self.what}: ready after {self.seconds:.0f} s", flush=True)
+        return False

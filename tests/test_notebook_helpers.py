@@ -48,3 +48,21 @@ def test_progress_prints_done_total_and_time_left_in_the_tested_form(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split(",")[0] for ln in lines] == ["sweep: 1/3 done", "sweep: 3/3 done"]
     assert all(re.search(PROGRESS_PATTERN, ln) for ln in lines)
+
+
+def test_waiting_says_it_runs_in_the_tested_form(capsys):
+    import re
+    import time
+
+    from lab_utils.notebook import PROGRESS_PATTERN, waiting
+
+    with waiting("engine start-up", every_s=0.05) as w:
+        time.sleep(0.2)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("engine start-up: not ready yet after 0 s") and re.search(
+        PROGRESS_PATTERN, lines[0]
+    )
+    assert lines[-1] == "engine start-up: ready after 0 s" and w.seconds >= 0.2
+    with pytest.raises(KeyError), waiting("failing step", every_s=10):
+        raise KeyError("x")
+    assert capsys.readouterr().out == ""  # no "ready" line for a block that raised

@@ -145,12 +145,20 @@ def timed_request(client, model: str, prompt: str, body: dict, max_tokens: int =
     return {"text": "".join(parts), "finish": finish, "ttft_s": first, "total_s": time.perf_counter() - t0}
 
 
-def run_suite(client, model: str, backend: str, max_tokens: int = 24) -> list[dict[str, Any]]:
-    """Each request of SUITE twice (first: the grammar is new to the server; then: cached)."""
+def run_suite(
+    client, model: str, backend: str, max_tokens: int = 24, what: str | None = None
+) -> list[dict[str, Any]]:
+    """Each request of SUITE twice (first: the grammar is new to the server; then: cached).
+
+    `what`: print done/total and the time left under that label as the requests finish
+    (lab_utils.notebook.progress); None: silent.
+    """
+    from lab_utils.notebook import progress
+
+    pairs = [(req, attempt) for req in SUITE for attempt in ("first", "repeat")]
     records = []
-    for req in SUITE:
-        for attempt in ("first", "repeat"):
-            rec = timed_request(client, model, req.prompt, req.body, max_tokens)
-            rec.update(backend=backend, kind=req.kind, attempt=attempt, valid=req.valid(rec["text"]))
-            records.append(rec)
+    for req, attempt in progress(pairs, what) if what else pairs:
+        rec = timed_request(client, model, req.prompt, req.body, max_tokens)
+        rec.update(backend=backend, kind=req.kind, attempt=attempt, valid=req.valid(rec["text"]))
+        records.append(rec)
     return records
