@@ -247,6 +247,20 @@ def test_closed_loop_counts_tokens_and_caps_concurrency(fake_server):
     assert set(rows[0]) == {"request_id", "start", "first_token", "finish", "output_tokens", "error"}
 
 
+def test_progress_counts_finished_requests_in_the_tested_form(fake_server, capsys):
+    import re
+
+    from lab_utils.notebook import PROGRESS_PATTERN
+
+    url, _ = fake_server
+    run_load(url, "m", ["a"], num_requests=5, concurrency=2, max_tokens=2, progress="load")
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(",")[0] for ln in lines] == ["load: 1/5 done", "load: 5/5 done"]
+    assert all(re.search(PROGRESS_PATTERN, ln) for ln in lines)
+    run_load(url, "m", ["a"], num_requests=2, concurrency=2, max_tokens=2)
+    assert capsys.readouterr().out == ""  # silent by default
+
+
 def test_chat_endpoint_skips_the_empty_role_chunk(fake_server):
     url, state = fake_server
     res = run_load(

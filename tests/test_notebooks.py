@@ -236,10 +236,6 @@ SILENT_LIMIT_S = 15.0  # a cell that runs longer says what it does, done/total a
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="issue 39 item 2 is open: not every long cell prints progress yet; this lists the ones that do not",
-    strict=False,
-)
 def test_zz_no_silent_minute():
     """Every cell of this session's solution runs (papermill's per-cell durations in the executed copies)
     that took longer than 15 s printed progress in lab_utils.notebook's form, or a server's start-up lines."""

@@ -347,6 +347,7 @@ async def run_load_async(
     seed: int = 0,
     timeout: float = 300.0,
     output_lens: Sequence[int] | None = None,
+    progress: str | None = None,
 ) -> LoadResult:
     """Send `num_requests` streaming requests (prompts reused in turn) and record each one.
 
@@ -361,6 +362,8 @@ async def run_load_async(
         ignore_eos: ask vLLM to always generate max_tokens (same work for every request).
         output_lens: per-request max_tokens, reused in turn like the prompts (a length mix such as
             ShareGPT's, with ignore_eos); `max_tokens` is then only the settings' label.
+        progress: print `progress: i/n done, ... s left` as requests finish (lab_utils.notebook.progress:
+            after the first, then every 10 s, and after the last); None: silent.
     """
     import httpx
 
@@ -388,6 +391,12 @@ async def run_load_async(
         max_connections=max(in_flight, 1) + 4, max_keepalive_connections=max(in_flight, 1) + 4
     )
     records: list[RequestRecord] = []
+    ticks = None
+    if progress:
+        from lab_utils.notebook import progress as said
+
+        ticks = said(range(n), progress)
+        next(ticks, None)  # the clock starts now; each finished request moves it on by one
     started_at = time.time()
     t0 = time.perf_counter()
 
@@ -404,6 +413,8 @@ async def run_load_async(
 
         async def send(rec: RequestRecord, body: dict) -> None:
             await _one_request(client, url, headers, body, endpoint, rec, t0, timeout)
+            if ticks is not None:
+                next(ticks, None)
 
         tasks: list[asyncio.Task] = []
         try:
