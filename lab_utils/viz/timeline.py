@@ -172,7 +172,19 @@ class _TimelineArtists:
         self.ax.set_xlim(0, x_end * 1.01 if x_end > 0 else 1)
         self.ax.set_ylim(lanes, 0)
         if lanes <= 40:
-            self.ax.set_yticks([s + 0.5 for s in range(lanes)], [str(s) for s in range(lanes)])
+            shown = range(0, lanes, self._lane_tick_step(lanes))
+            self.ax.set_yticks([s + 0.5 for s in shown], [str(s) for s in shown])
+
+    def _lane_tick_step(self, lanes: int) -> int:
+        """Label every lane while the labels fit the Axes' height, else every 2nd, 3rd, ... lane."""
+        import math
+
+        import matplotlib
+        from matplotlib.font_manager import FontProperties
+
+        label_pt = 1.3 * FontProperties(size=matplotlib.rcParams["ytick.labelsize"]).get_size_in_points()
+        height_pt = self.ax.get_position().height * self.ax.figure.get_figheight() * 72
+        return max(1, math.ceil(lanes * label_pt / max(height_pt, 1.0)))
 
 
 def plot_timeline(
@@ -231,26 +243,44 @@ def plot_throughput_latency(
         fig, ax = plt.subplots(figsize=(7, 4.5))
     else:
         fig = ax.figure
+    ax.set_yscale("log")
+    notes = []
     for policy in dict.fromkeys(r["policy"] for r in rows):
         pts = sorted((r for r in rows if r["policy"] == policy), key=lambda r: r["rate"])
         ax.plot([p[throughput] for p in pts], [p[latency] for p in pts], "o-", label=policy)
         for p in pts:
-            ax.annotate(
-                f"{p['rate']:g}/s",
-                (p[throughput], p[latency]),
-                fontsize=7,
-                textcoords="offset points",
-                xytext=(3, 3),
+            notes.append(
+                ax.annotate(
+                    f"{p['rate']:g}/s",
+                    (p[throughput], p[latency]),
+                    fontsize=7,
+                    textcoords="offset points",
+                    xytext=(3, 3),
+                )
             )
     if slo is not None:
         ax.axhline(slo, color="red", linestyle="--", linewidth=1, label=f"SLO {slo:g} s")
     ax.set_xlabel(throughput.replace("_", " "))
     ax.set_ylabel(f"{latency.replace('_', ' ')} (s)")
-    ax.set_yscale("log")
     ax.set_title("throughput vs latency as the arrival rate grows (labels: requests/s)")
     ax.legend(fontsize=8)
     fig.tight_layout()
+    _drop_covered_notes(ax, notes)
     return fig
+
+
+def _drop_covered_notes(ax, notes: list) -> None:
+    """Remove each rate label that would print over one kept before it (lines that meet at low load)."""
+    from lab_utils.viz.readable import overlaps
+
+    ax.get_xlim(), ax.get_ylim()  # settle the autoscaled limits the labels are placed by
+    kept = []
+    for note in notes:
+        box = note.get_window_extent()
+        if any(overlaps(box, other) for other in kept):
+            note.remove()
+        else:
+            kept.append(box)
 
 
 def explorer_result(
