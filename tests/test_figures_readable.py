@@ -280,6 +280,10 @@ def test_checker_reports_a_legend_over_a_line_and_over_bars():
     )
     left.legend(loc="lower right")
     right.legend(loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the plot
+    found = problems(fig)
+    assert found == ["axes 1 ('height'): the legend (bars) runs off the figure's edge (it is cut off)"], found
+    assert problems(fig, cropped=True) == []  # shown inline, cropped to what is drawn, it fits
+    fig.subplots_adjust(right=0.8)
     assert problems(fig) == []
 
 

@@ -218,8 +218,8 @@ def plot_memory_grid(
     ax.set_ylim(0, nrows)
     ax.set_aspect("equal")
     ax.axis("off")
-    ax.set_title(
-        f"physical blocks — usage {frame.usage:.0%}, free queue front→back "
+    ax.set_title(  # two lines: one is wider than a grid of 8 columns
+        f"physical blocks — usage {frame.usage:.0%}\nfree queue front→back "
         f"{frame.free_queue[:6]}{'…' if len(frame.free_queue) > 6 else ''}",
         fontsize=9,
     )

@@ -75,7 +75,11 @@ def _tick_labels(axis) -> list:
 
 def _tick_problems(ax: Axes, name: str, renderer) -> list[str]:
     found = []
+    if not ax.axison:  # ax.axis("off"): no tick label is drawn
+        return found
     for which, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+        if not axis.get_visible():
+            continue
         labels = _tick_labels(axis)
         boxes = [t.get_window_extent(renderer) for t in labels]
         clashes = [
@@ -193,19 +197,65 @@ def _text_problems(ax: Axes, name: str, renderer) -> list[str]:
     return [f"{name}: {len(clashes)} pair(s) of texts overlap ({shown}{more})"]
 
 
+def _frame_text_problems(fig: Figure, axes: list, names: dict, renderer, cropped: bool) -> list[str]:
+    """Titles, axis labels, the suptitle, figure texts and legends printed over each other or off the page."""
+    owned = [(t, "the figure") for t in fig.texts if _shown(t)]  # the suptitle is one of them
+    for ax in axes:
+        texts = [ax.title, ax._left_title, ax._right_title]
+        if ax.axison:
+            texts += [ax.xaxis.label, ax.yaxis.label]
+        owned += [(t, names[ax]) for t in texts if _shown(t)]
+    legends = [(leg, names[ax]) for ax in axes if (leg := ax.get_legend()) is not None]
+    owned += [(leg, "the figure") for leg in fig.legends]
+    owned += [(leg, owner) for leg, owner in legends if leg.get_visible()]
+    boxes = [t.get_window_extent(renderer) for t, _ in owned]
+    found = []
+    for i in range(len(owned)):
+        for j in range(i + 1, len(owned)):
+            if overlaps(boxes[i], boxes[j]):
+                (a, owner_a), (b, owner_b) = owned[i], owned[j]
+                found.append(
+                    f"{owner_a} and {owner_b}: {_what(a)} and {_what(b)} overlap; "
+                    "shorten one, make the figure larger or call tight_layout"
+                )
+    page = fig.bbox
+    for (t, owner), box in zip(owned, boxes) if not cropped else ():
+        if (
+            box.x0 < page.x0 - TOUCH_PX
+            or box.x1 > page.x1 + TOUCH_PX
+            or box.y0 < page.y0 - TOUCH_PX
+            or (box.y1 > page.y1 + TOUCH_PX)
+        ):
+            found.append(f"{owner}: {_what(t)} runs off the figure's edge (it is cut off)")
+    return found
+
+
+def _what(artist) -> str:
+    """A text by its words, a legend by its entries."""
+    if hasattr(artist, "get_texts"):
+        entries = [t.get_text() for t in artist.get_texts()]
+        return f"the legend ({', '.join(entries[:3])}{', ...' if len(entries) > 3 else ''})"
+    return repr(artist.get_text())
+
+
 def _has_content(ax: Axes) -> bool:
     return any(
         a.get_visible() for a in [*ax.get_lines(), *ax.patches, *ax.collections, *ax.images, *ax.texts]
     )
 
 
-def problems(fig: Figure) -> list[str]:
+def problems(fig: Figure, *, cropped: bool = False) -> list[str]:
     """What makes `fig` hard to read, one sentence each; [] when nothing was found.
 
     Checks, per Axes: (a) tick labels of one axis that overlap each other, (b) a legend (the
     Axes' own, or a figure legend) whose box covers the Axes' lines, markers, bars, patches or
-    collections, (c) texts and annotations drawn in the Axes that overlap each other. A figure
+    collections, (c) texts and annotations drawn in the Axes that overlap each other; and across
+    the figure (d) titles, axis labels, the suptitle, figure texts and legends that overlap each
+    other or run off the figure's edge. A figure
     with no Axes, or whose Axes hold nothing, is a problem too: an empty picture never passes.
+
+    `cropped=True` is for a figure only ever shown cropped to what it draws (the notebook's
+    inline display saves with bbox_inches="tight"): a legend beside the plot is not cut off there.
     """
     renderer = _renderer(fig)
     axes = [ax for ax in fig.axes if ax.get_visible()]
@@ -220,4 +270,5 @@ def problems(fig: Figure) -> list[str]:
     found += _legend_problems(fig, names, renderer)
     for ax in axes:
         found += _text_problems(ax, names[ax], renderer)
+    found += _frame_text_problems(fig, axes, names, renderer, cropped)
     return found

@@ -357,7 +357,16 @@ def explorer_figure(
 ):
     """The timeline the explorer shows for one setting, as a Figure (or drawn into `ax`)."""
     result, title = explorer_result(policy, batch_size, load, make_workload=make_workload, cost=cost)
-    return plot_timeline(result, ax=ax, axis=axis, label_requests=False, max_slots=32, title=title)
+    return plot_timeline(
+        result, ax=ax, axis=axis, label_requests=False, max_slots=32, title=_wrap_title(title)
+    )
+
+
+def _wrap_title(title: str, width: int = 110) -> str:
+    """A summary line on two lines when it is wider than a 10-inch figure (the dynamic policy's is)."""
+    import textwrap
+
+    return textwrap.fill(title, width)
 
 
 EXPLORER_CLASS = "lab-timeline-explorer"  # CSS class on the explorer's outer box in the page
@@ -420,7 +429,7 @@ class TimelineExplorer:
         )
         self.artists.set(timeline_geometry(result, "time", 32), label_requests=False)
         self.summary = title
-        self.ax.set_title(title, fontsize=10, pad=22)
+        self.ax.set_title(_wrap_title(title), fontsize=10, pad=22)
         return self.fig
 
     def png(self) -> bytes:
@@ -489,12 +498,18 @@ def timeline_explorer(
 
 
 def _static_grid(make_workload, cost):
+    import textwrap
+
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(3, 2, figsize=(15, 11))
     for row, policy in enumerate(("static", "continuous", "dynamic")):
         for col, load in enumerate((1.0, 8.0)):
-            explorer_figure(policy, 8, load, make_workload=make_workload, cost=cost, ax=axes[row][col])
-            axes[row][col].title.set_fontsize(8)
-    fig.tight_layout()
+            ax = axes[row][col]
+            explorer_figure(policy, 8, load, make_workload=make_workload, cost=cost, ax=ax)
+            ax.get_legend().remove()  # one legend for the six: each is wider than half the figure
+            # the summary, wider than half the figure on one line, would run into its neighbour's
+            ax.set_title(textwrap.fill(ax.get_title(), 100), fontsize=8, pad=4)
+    fig.legend(handles=_legend_handles(False), loc="upper center", ncol=5, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
     return fig
