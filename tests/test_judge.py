@@ -148,6 +148,42 @@ def test_an_answer_that_runs_a_reference_while_loaded_is_refused_each_time_asked
         r.close()
 
 
+def test_a_reference_copy_run_while_loaded_is_refused_even_when_the_refusal_is_caught(tmp_path):
+    """Unpickling calls a copy of a reference and swallows the refusal: the answer stays refused."""
+    from lab_utils.grading.absent import fingerprint
+
+    source = """
+        def ref_copy(xs):  # long enough to be fingerprinted
+            total, count = 0.0, 0
+            for x in sorted(xs):
+                total += x * x
+                count += 1
+            return (total / max(count, 1)) ** 0.5
+        def swallow():
+            try:
+                ref_copy([1.0, 2.0])
+            except BaseException:
+                pass
+            return 7
+        class Loaded:
+            def __reduce__(self):
+                return (swallow, ())
+        loaded = Loaded()
+        """
+    namespace: dict = {}
+    exec(compile(textwrap.dedent(source), "<reference>", "exec"), namespace)
+    prints = {fingerprint(namespace["ref_copy"].__code__): "tests:ref_copy"}
+    folder = _answers(tmp_path / "a", source)
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
+    r = Runner(folder, [], Sandbox(hide=[]), sys.executable, env, tmp_path / "log", timeout=20, prints=prints)
+    try:
+        for _ in range(2):
+            with pytest.raises(UsesReference, match="ref_copy"):
+                r.answer("loaded")
+    finally:
+        r.close()
+
+
 def test_a_forbidden_property_is_absent_for_course_code_too(tmp_path):
     """Course code that would read the reference for the answer (weight_bytes is num_params times
     the dtype's size) is a route to it: in the runner the reference is absent for everyone."""

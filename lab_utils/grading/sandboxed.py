@@ -38,11 +38,8 @@ from .absent import MARK, UsesReference, fingerprint, reachable_codes, stub_spec
 from .wire import WireError, decode, dumps, encode, loads
 
 MAX_ITEMS = 1_000_000  # items one `iter` request materialises
-TAMPER = "the grader's call watch"
-LAZY_ROOTS = (
-    "vllm",
-    "transformers",
-)  # packages whose forbidden references are stubbed on import  # the spec reported when learner code turns the watch off
+TAMPER = "the grader's call watch"  # the spec reported when learner code turns the watch off
+LAZY_ROOTS = ("vllm", "transformers")  # packages whose forbidden references are stubbed on import
 
 
 def _stub(spec: str):
@@ -254,14 +251,14 @@ class SavedAnswers:
     runner's watch is on: a runner serves one question, and unpickling every answer cost each
     runner the imports of all of them (an answer saved by reference to a vLLM function made each of
     lab 13's seven runners import vLLM, 20 s apiece). A reference that runs while an answer is
-    unpickled refuses that answer for good."""
+    unpickled refuses that answer for good, even when the learner's code caught the refusal."""
 
-    def __init__(self, folder: str):
+    def __init__(self, folder: str, watch: Watch | None = None):
         from pathlib import Path
 
         from .probe import not_saved
 
-        self.folder = Path(folder)
+        self.folder, self.watch = Path(folder), watch
         self.problems: dict[str, str] = not_saved(self.folder)
         self.loaded: dict[str, object] = {}
         self.refused: dict[str, str] = {}
@@ -281,7 +278,7 @@ class SavedAnswers:
         from .probe import not_loaded
 
         try:
-            self.loaded[name] = cloudpickle.loads(path.read_bytes())
+            value = cloudpickle.loads(path.read_bytes())
         except UsesReference as exc:
             spec = str(exc)
             self.refused[name] = spec[len(MARK) :] if spec.startswith(MARK) else spec
@@ -289,6 +286,10 @@ class SavedAnswers:
         except Exception as exc:
             self.problems[name] = not_loaded(exc)
             return False
+        if self.watch is not None and self.watch.hit is not None:  # refused, and the refusal caught
+            self.refused[name] = self.watch.hit
+            raise UsesReference(MARK + self.watch.hit)
+        self.loaded[name] = value
         return True
 
     def __getitem__(self, name: str):
@@ -444,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.prints) as f:
                 prints = {str(k): str(v) for k, v in json.load(f).items()}
         watch = Watch(prints, c_funcs, c_methods)
-        answers = SavedAnswers(args.answers)  # unpickled on demand, under the watch: learner code runs
+        answers = SavedAnswers(args.answers, watch)  # unpickled on demand, under the watch
         problems = answers.problems
     except BaseException as exc:
         answers, problems, watch = {}, {}, None
