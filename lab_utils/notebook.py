@@ -67,13 +67,17 @@ def answer_or_none(compute: Callable[[], T], todo: str) -> T | None:
 PROGRESS_PATTERN = r"\b\d+/\d+ done\b.*\bs left\b|\bnot ready yet after \d+ s\b"
 
 
-def progress(items, what: str, total: int | None = None, every_s: float = 10.0):
+def progress(items, what: str | None, total: int | None = None, every_s: float = 10.0):
     """Yield each of `items`, printing `what: i/n done, T s so far, about L s left` as it goes.
 
     A line comes after the first item, then at most every `every_s` seconds, and after the last.
+    With `what` None (or empty) it yields them silently: a library function's `progress=` option.
     """
     import time
 
+    if not what:
+        yield from items
+        return
     items = list(items) if total is None else items
     total = len(items) if total is None else total
     t0 = last = time.monotonic()

@@ -141,7 +141,7 @@ def crosscheck(
 
     steps = {"vllm": lambda: call_in_thread(bench), "course": course}
     # the two runs, one after the other; with `what`, a done/total line with the time left after each
-    done = {name: steps[name]() for name in (progress(steps, what) if what else steps)}
+    done = {name: steps[name]() for name in progress(steps, what)}
     ref, s = done["vllm"], done["course"].summary
     return [
         {"metric": "requests/s", "vllm_bench": ref["request_throughput"], "course": s.requests_per_s},

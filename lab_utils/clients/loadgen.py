@@ -391,12 +391,10 @@ async def run_load_async(
         max_connections=max(in_flight, 1) + 4, max_keepalive_connections=max(in_flight, 1) + 4
     )
     records: list[RequestRecord] = []
-    ticks = None
-    if progress:
-        from lab_utils.notebook import progress as said
+    from lab_utils.notebook import progress as said
 
-        ticks = said(range(n), progress)
-        next(ticks, None)  # the clock starts now; each finished request moves it on by one
+    ticks = said(range(n), progress)
+    next(ticks, None)  # the clock starts now; each finished request moves it on by one
     started_at = time.time()
     t0 = time.perf_counter()
 
@@ -413,8 +411,7 @@ async def run_load_async(
 
         async def send(rec: RequestRecord, body: dict) -> None:
             await _one_request(client, url, headers, body, endpoint, rec, t0, timeout)
-            if ticks is not None:
-                next(ticks, None)
+            next(ticks, None)
 
         tasks: list[asyncio.Task] = []
         try:

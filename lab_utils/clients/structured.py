@@ -157,7 +157,7 @@ def run_suite(
 
     pairs = [(req, attempt) for req in SUITE for attempt in ("first", "repeat")]
     records = []
-    for req, attempt in progress(pairs, what) if what else pairs:
+    for req, attempt in progress(pairs, what):
         rec = timed_request(client, model, req.prompt, req.body, max_tokens)
         rec.update(backend=backend, kind=req.kind, attempt=attempt, valid=req.valid(rec["text"]))
         records.append(rec)

@@ -392,12 +392,9 @@ def measure_schemes(
 
     run = QuantRun([], [], [], [], [])
     ref_choice = None
-    if progress:  # done/total and the time left, in lab_utils.notebook's form (a run takes 15-60 s)
-        from lab_utils.notebook import progress as said
+    from lab_utils.notebook import progress as said  # done/total and the time left (a run: 15-60 s)
 
-        todo = said(schemes, "quantizing and scoring the whole model, one scheme at a time")
-    else:
-        todo = schemes
+    todo = said(schemes, "quantizing and scoring the whole model, one scheme at a time" if progress else None)
     try:
         for s in todo:
             t1 = time.perf_counter()

@@ -498,8 +498,6 @@ def timeline_explorer(
 
 
 def _static_grid(make_workload, cost):
-    import textwrap
-
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(3, 2, figsize=(15, 11))
@@ -509,7 +507,7 @@ def _static_grid(make_workload, cost):
             explorer_figure(policy, 8, load, make_workload=make_workload, cost=cost, ax=ax)
             ax.get_legend().remove()  # one legend for the six: each is wider than half the figure
             # the summary, wider than half the figure on one line, would run into its neighbour's
-            ax.set_title(textwrap.fill(ax.get_title(), 100), fontsize=8, pad=4)
+            ax.set_title(_wrap_title(ax.get_title(), 100), fontsize=8, pad=4)
     fig.legend(handles=_legend_handles(False), loc="upper center", ncol=5, fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     return fig
