@@ -23,11 +23,11 @@ STAMP       := $(VENV)/.installed-$(if $(GPU),gpu,cpu)
 LAB_PORT    ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: setup lab check test test-fast labs model moe adapters prometheus venv triton-env sandbox test-tools clean-venv gpu-check release
+.PHONY: setup lab check test test-fast labs model draft moe adapters prometheus venv triton-env sandbox test-tools clean-venv gpu-check release
 
 # Every lab's set-up in CPU mode; idempotent (a second run takes seconds). `python -m lab_utils.setup`
 # reports the same steps, and a lab's setup cell offers to run a missing one from the notebook.
-setup: venv model moe adapters triton-env sandbox prometheus
+setup: venv model draft moe adapters triton-env sandbox prometheus
 	@$(PY) -m lab_utils.setup
 
 # bubblewrap (Debian's `bubblewrap`): the grader runs every learner's code inside it (grader/sandbox.py).
@@ -49,6 +49,11 @@ $(STAMP): $(REQS) pyproject.toml scripts/install_course_env.sh
 
 model: venv
 	$(PY) -m lab_utils.models
+
+# Labs 04/05's draft model for speculative decoding: 4 of the course model's layers, distilled on its
+# own replies with torch on CPU (about 4 minutes on 2 cores; cached, a second run takes a second).
+draft: model
+	$(PY) -m lab_utils.draft
 
 # Lab 13's course MoE: the course model upcycled into 4 experts, top-2 (about 20 s, 0.8 GB in bf16).
 moe: model

