@@ -131,7 +131,7 @@ FACTS: dict[str, Fact] = {
             "vllm:spec_decode_num_accepted_tokens_per_pos",
         ),
         "vLLM counts drafts, draft tokens, accepted tokens and accepted tokens per draft position "
-        "(label `position`): acceptance per position is the last over the first",
+        "(label `position`), each a counter since the server started",
         checked=f"{_VLLM}: vllm/v1/spec_decode/metrics.py, the name= of each counter",
     ),
     "vllm.structured_outputs_backends": Fact(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from pathlib import Path
 
 import nbformat
@@ -35,6 +36,7 @@ def solution_namespace(lab: str, seed: int) -> dict:
         "SCENARIO": lab_scenario(lab, seed),
         "math": math,
         "random": random,  # the setup cells import it
+        "re": re,
         "__name__": f"lab{lab}_solution",
     }
     for cell in nb.cells:
@@ -66,6 +68,8 @@ FUNCTION_QUESTIONS = {
     "05.gauge_value": "gauge_value",
     "05.p50_p95": "p50_p95",
     "05.sweep": "best_concurrency",
+    "05.spec_acceptance": "spec_acceptance",
+    "05.best_lookahead": "best_lookahead",
 }
 QUESTIONS = sorted(FUNCTION_QUESTIONS)
 
@@ -208,6 +212,21 @@ def _wrong_answers() -> dict[str, dict]:
                 return drafts[:j] + rnd.choices(range(len(p[j])), weights=p[j])
         return list(drafts) + rnd.choices(range(len(p[-1])), weights=p[-1])
 
+    ns5 = solution_namespace("05", SEEDS[0])
+
+    def shares_for_both(before, after):  # "given reached" read as the share of all drafts
+        got = ns5["spec_acceptance"](before, after)
+        return {**got, "given_reached": got["per_position"]}
+
+    def independent_drafts(case):  # each draft counted as if kept on its own, whatever came before
+        best_k, best_rate, tokens = 0, 1.0, 1.0
+        for k, a in enumerate(case["acceptance"], start=1):
+            tokens += a
+            rate = tokens / (1 + k * (case["draft_cost"] + case["verify_cost_per_draft"]))
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return {"k": best_k, "speedup": best_rate}
+
     ns4 = solution_namespace("04", SEEDS[0])
     return {
         "04.verify_greedy": {"verify_greedy": no_bonus_token},
@@ -250,6 +269,8 @@ def _wrong_answers() -> dict[str, dict]:
         "05.p50_p95": {"p50_p95": midpoints},
         "05.flags_for_goal": with_("05.flags_for_goal", flags_for_goal=exact_blocks),
         "05.sweep": with_("05.sweep", best_concurrency=worst_not_p95),
+        "05.spec_acceptance": {"spec_acceptance": shares_for_both},
+        "05.best_lookahead": {"best_lookahead": independent_drafts},
     }
 
 

@@ -348,3 +348,170 @@ def _(output_tok_s, best_concurrency, rng, scenario):
         raise AssertionError(f"wrong on all {tok_total + pick_total} unseen sweep levels and SLOs")
     # half the points each: tokens per second of a level, and the level chosen for an SLO
     return 0.5 * tok_right / tok_total + 0.5 * pick_right / pick_total
+
+
+# --- 05.spec_acceptance -------------------------------------------------------------------------
+
+_SPEC = "vllm:spec_decode_num_"
+
+
+def _ref_spec_counts(text: str) -> tuple[float, float, dict[int, float]]:
+    """(drafts, accepted tokens, accepted per position) on one page, summed over label sets."""
+    drafts = accepted = 0.0
+    per: dict[int, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "{" in line:
+            name, rest = line.split("{", 1)
+            labels, value = rest.rsplit("}", 1)
+        else:
+            name, value = line.split(None, 1)
+            labels = ""
+        v = float(value.split()[0])
+        if name == _SPEC + "drafts_total":
+            drafts += v
+        elif name == _SPEC + "accepted_tokens_total":
+            accepted += v
+        elif name == _SPEC + "accepted_tokens_per_pos_total":
+            pos = int(labels.split('position="', 1)[1].split('"', 1)[0])
+            per[pos] = per.get(pos, 0.0) + v
+    return drafts, accepted, per
+
+
+def _ref_spec_acceptance(before: str, after: str) -> dict:
+    d0, a0, p0 = _ref_spec_counts(before)
+    d1, a1, p1 = _ref_spec_counts(after)
+    drafts = d1 - d0
+    kept = [p1.get(j, 0.0) - p0.get(j, 0.0) for j in range(max([*p0, *p1], default=-1) + 1)]
+    share = [k / drafts if drafts > 0 else math.nan for k in kept]
+    reached = [drafts, *kept[:-1]]
+    given = [k / r if r > 0 else math.nan for k, r in zip(kept, reached)]
+    return {
+        "per_position": share,
+        "given_reached": given,
+        "mean_accepted": (a1 - a0) / drafts if drafts > 0 else math.nan,
+    }
+
+
+def _spec_counts(rng, k: int, most: int) -> list[float]:
+    """[drafts, kept at position 0, kept at 1, ...]: each position keeps a share of the one before."""
+    counts = [float(rng.randint(0, most))]
+    for _ in range(k):
+        counts.append(float(round(counts[-1] * rng.uniform(0.0, 1.0))))
+    return counts
+
+
+def _spec_lines(rng, counts: list[float], lab: str) -> list[str]:
+    fmt = rng.choice(["{:.1f}", "{:.6e}", "{!r}"])
+    ts = rng.choice(["", " 1733000000000"])
+    k = len(counts) - 1
+    lines = [
+        f"{_SPEC}drafts_total{{{lab}}} {fmt.format(counts[0])}{ts}",
+        f"{_SPEC}drafts_created{{{lab}}} 1733000000.5",
+        f"{_SPEC}draft_tokens_total{{{lab}}} {fmt.format(counts[0] * k)}",
+        f"{_SPEC}accepted_tokens_total{{{lab}}} {fmt.format(sum(counts[1:]))}",
+        f"{_SPEC}accepted_tokens_created{{{lab}}} 1733000000.5",
+    ]
+    return lines + [
+        f'{_SPEC}accepted_tokens_per_pos_total{{{lab},position="{j}"}} {fmt.format(c)}'
+        for j, c in enumerate(counts[1:])
+    ]
+
+
+def _spec_pages(rng) -> tuple[str, str]:
+    """Two scrapes of one server: 1-3 engines (one may start between them), 1-5 draft positions,
+    _created samples, look-alike counters, optional timestamps, samples in any order."""
+    k = rng.randint(1, 5)
+    engines = rng.sample(range(4), rng.randint(1, 3))
+    late = engines[-1] if len(engines) > 1 and rng.random() < 0.4 else None
+    model = rng.choice(["smollm2", "smol lm2", "/models/a,b"])
+    pages: list[list[str]] = [[], []]
+    for e in engines:
+        lab = f'engine="{e}",model_name="{model}"'
+        base = [0.0] * (k + 1) if e == late else _spec_counts(rng, k, 3000)
+        more = _spec_counts(rng, k, rng.choice([0, 2000, 2000]))
+        if e != late:
+            pages[0] += _spec_lines(rng, base, lab)
+        pages[1] += _spec_lines(rng, [b + m for b, m in zip(base, more)], lab)
+    out = []
+    for lines in pages:
+        rng.shuffle(lines)
+        head = [
+            f"# HELP {_SPEC}drafts_total Number of spec decoding drafts.",
+            f"# TYPE {_SPEC}drafts_total counter",
+        ]
+        out.append("\n".join(head + lines + ["process_open_fds 12.0"]) + "\n")
+    return out[0], out[1]
+
+
+@hidden("05.spec_acceptance")
+def _(spec_acceptance, rng, scenario):
+    fields = {"per_position": 0, "given_reached": 0, "mean_accepted": 0}
+    right = total = 0
+    for _ in range(16):
+        before, after = _spec_pages(rng)
+        want = _ref_spec_acceptance(before, after)
+        got = spec_acceptance(before, after)
+        total += 1
+        ok = True
+        for key in fields:
+            try:
+                value = got[key]
+                good = (
+                    close(value, want[key], 1e-9)
+                    if key == "mean_accepted"
+                    else len(list(value)) == len(want[key])
+                    and all(close(g, w, 1e-9) for g, w in zip(list(value), want[key]))
+                )
+            except (TypeError, ValueError, KeyError):
+                good = False
+            fields[key] += not good
+            ok = ok and good
+        right += ok
+    wrong = ", ".join(f"{key} on {n}" for key, n in fields.items() if n)
+    return partial(right, total, "pairs of /metrics pages", f"wrong {wrong}" if wrong else "")
+
+
+# --- 05.best_lookahead --------------------------------------------------------------------------
+
+
+def _ref_lookahead_rates(case: dict) -> list[float]:
+    """Expected tokens per unit of time (one target one-token step) for k = 0..K drafts."""
+    rates, reach, tokens = [1.0], 1.0, 1.0
+    for k, a in enumerate(case["acceptance"], start=1):
+        reach *= a
+        tokens += reach
+        rates.append(tokens / (1 + k * case["draft_cost"] + k * case["verify_cost_per_draft"]))
+    return rates
+
+
+@hidden("05.best_lookahead")
+def _(best_lookahead, rng, scenario):
+    right = total = 0
+    for _ in range(40):
+        K = rng.randint(1, 6)
+        if rng.random() < 0.5:  # a draft model: acceptance falling with the position
+            a0 = rng.uniform(0.2, 0.98)
+            acc = [round(max(0.0, a0 - j * rng.uniform(0.0, 0.15)), 3) for j in range(K)]
+        else:
+            acc = [round(rng.uniform(0.0, 1.0), 3) for _ in range(K)]
+        case = {
+            "acceptance": acc,
+            "draft_cost": rng.choice([0.0, round(rng.uniform(0.01, 0.8), 3)]),
+            "verify_cost_per_draft": round(rng.uniform(0.0, 0.3), 3),
+        }
+        rates = _ref_lookahead_rates(case)
+        best = max(rates)
+        allowed = {k for k, r in enumerate(rates) if r >= best * (1 - 1e-9)}
+        total += 1
+        got = best_lookahead({**case, "acceptance": list(acc)})
+        try:
+            k, speedup = int(got["k"]), float(got["speedup"])
+        except (TypeError, ValueError, KeyError):
+            continue
+        right += min(allowed) == k and close(speedup, best, 1e-6)
+    return partial(
+        right, total, "scenarios", "the number of drafts that gives the most tokens per unit of time"
+    )

@@ -251,3 +251,76 @@ def _(output_tok_s, best_concurrency):
     }
     assert int(best_concurrency(sweep, 1.0)) == 1, "the busier level answers too late for this SLO"
     assert best_concurrency(sweep, 0.01) is None, "when no level meets the SLO there is nothing to choose"
+
+
+# --- 05.spec_acceptance: a draft model's acceptance from two scrapes of /metrics ----------------
+
+_SPEC = "vllm:spec_decode_num_"
+
+
+def _spec_page(drafts, accepted_per_pos, created=1733000000.0):
+    """A /metrics page with vLLM's speculative-decoding counters for one engine."""
+    lines = [
+        f"# HELP {_SPEC}drafts_total Number of spec decoding drafts.",
+        f"# TYPE {_SPEC}drafts_total counter",
+        f'{_SPEC}drafts_total{{engine="0",model_name="smollm2"}} {float(drafts)}',
+        f'{_SPEC}drafts_created{{engine="0",model_name="smollm2"}} {created}',
+        f'{_SPEC}draft_tokens_total{{engine="0",model_name="smollm2"}} {3.0 * drafts}',
+        f'{_SPEC}accepted_tokens_total{{engine="0",model_name="smollm2"}} {float(sum(accepted_per_pos))}',
+    ]
+    for pos, n in enumerate(accepted_per_pos):
+        lines.append(
+            f'{_SPEC}accepted_tokens_per_pos_total{{engine="0",model_name="smollm2",position="{pos}"}} {float(n)}'
+        )
+    return "\n".join(lines) + "\n"
+
+
+@question(
+    "05.spec_acceptance",
+    points=2,
+    answers=["spec_acceptance"],
+    forbid=refs("prometheus_parsers"),
+)
+def _(spec_acceptance):
+    """spec_acceptance(before, after) -> {"per_position", "given_reached", "mean_accepted"} from two
+    /metrics pages of a server running speculative decoding."""
+    before = _spec_page(10, [8, 6, 3])
+    after = _spec_page(30, [26, 18, 9])
+    got = spec_acceptance(before, after)
+    per = [float(x) for x in got["per_position"]]
+    given = [float(x) for x in got["given_reached"]]
+    mean = float(got["mean_accepted"])
+    assert len(per) == len(given) == 3, "one value per draft position found on the pages"
+    assert all(0 <= x <= 1 for x in per + given), "shares of drafts: between 0 and 1"
+    assert per == sorted(per, reverse=True), (
+        "a draft position is only kept when every earlier one was: the share can only fall with the position"
+    )
+    assert all(g >= p for g, p in zip(given, per)), (
+        "counting only the drafts that reached a position can never give a smaller share than counting them all"
+    )
+    assert per[0] != 26 / 30, (
+        "counters only grow since the server started: what happened between the two pages?"
+    )
+    assert 0 < mean <= 3, "accepted tokens per draft: at most the tokens proposed per draft"
+    idle = spec_acceptance(after, after)
+    assert math.isnan(float(idle["mean_accepted"])), (
+        "no drafts between the two pages: no acceptance to report"
+    )
+
+
+# --- 05.best_lookahead: how many tokens to draft ------------------------------------------------
+
+
+@question("05.best_lookahead", points=2, answers=["best_lookahead"], predict=True)
+def _(best_lookahead):
+    """best_lookahead(case) -> {"k": drafts per step (0 = no speculation), "speedup": over k = 0}."""
+    never = best_lookahead({"acceptance": [0.0, 0.0, 0.0], "draft_cost": 0.1, "verify_cost_per_draft": 0.02})
+    assert int(never["k"]) == 0 and math.isclose(float(never["speedup"]), 1.0), (
+        "drafts that are never kept only cost time: the best choice is not to draft"
+    )
+    free = best_lookahead(
+        {"acceptance": [1.0, 1.0, 1.0, 1.0], "draft_cost": 0.0, "verify_cost_per_draft": 0.0}
+    )
+    assert int(free["k"]) == 4 and float(free["speedup"]) > 1, (
+        "drafts that are always kept and cost nothing: draft as far as you may"
+    )
