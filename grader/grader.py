@@ -157,6 +157,7 @@ class Grader:
         protect: list[Path] | None = None,
         copies: str = "zero",
         key: str | None = None,
+        figure_check: bool = False,
     ):
         if timeout is not None and timeout <= 0:
             raise ValueError(f"--timeout must be positive seconds, got {timeout}")
@@ -184,6 +185,9 @@ class Grader:
         self.seed = int(seed) if seed is not None else instructor_seed()
         self.key = bytes.fromhex(key) if key else grading_key()  # hex in config(): a Ray task's copy
         self.keep_answers = keep_answers  # copy each run's saved answers to OUT/answers (tests reuse them)
+        # CI: the kernel checks every figure it shows (lab_utils.viz.figure_check) into
+        # OUT/figures/<student>/<lab>.jsonl, one JSON line per figure
+        self.figure_check = figure_check
         self.sandboxed = sandboxed
         self.disk_mb = disk_mb
         self.tmp_mb = tmp_mb
@@ -417,6 +421,11 @@ class Grader:
             if not self.sandboxed:
                 (work / "home").mkdir()
             timeout, memory_mb = self.timeout_for(job.lab), self.memory_for(job.lab)
+            env = self._env(home, self._inside(work / "results.json", f"{INSIDE_WORK}/results.json"))
+            if self.figure_check:
+                env["LAB_FIGURE_CHECK"] = self._inside(
+                    job_out / "figures.jsonl", f"{INSIDE_OUT}/figures.jsonl"
+                )
             code, killed = run_limited(
                 [
                     self.python,
@@ -437,7 +446,7 @@ class Grader:
                 ],
                 timeout=timeout,
                 memory_mb=memory_mb,
-                env=self._env(home, self._inside(work / "results.json", f"{INSIDE_WORK}/results.json")),
+                env=env,
                 cwd=work,
                 log=work / "execute.log",
                 sandbox=self._sandbox(job_in, job_out, uid, job.lab),
@@ -466,6 +475,8 @@ class Grader:
             if not self.sandboxed:
                 outcome.status = f"{outcome.status} (unsandboxed)"
             self._keep_executed(job, job_out / "executed.ipynb")
+            if self.figure_check:
+                self._keep_figures(job, job_out / "figures.jsonl")
             if self.keep_answers:
                 dest = self.out / "answers" / _safe(job.student) / job.lab
                 shutil.rmtree(dest, ignore_errors=True)
@@ -592,6 +603,14 @@ class Grader:
                     "message": "the hidden tests did not report (timed out or crashed)",
                 }
             ]
+
+    def _keep_figures(self, job: Job, figures: Path) -> None:
+        dest = self.out / "figures" / _safe(job.student) / f"{job.lab}.jsonl"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:  # written inside the sandbox: read under a cap, like the executed notebook
+            dest.write_bytes(read_bytes(figures, MAX_NOTEBOOK_BYTES))
+        except (OSError, ValueError):
+            dest.write_text("")  # no figure was shown, or the file could not be read
 
     def _keep_executed(self, job: Job, executed: Path) -> None:
         import nbformat

@@ -2,7 +2,9 @@
 on top of each other (`lab_utils.viz.readable.problems`, matplotlib's own bounding boxes, Agg).
 
 Each figure is built the way a lab builds it, on small inputs of the lab's shape. Figures drawn
-only inside a notebook are not here. The last tests show the checker fails on bad figures.
+only inside a notebook are checked where CI runs the solutions (tests/test_notebooks.py,
+test_zz_solution_figures_read, through the kernel hook lab_utils.viz.figure_check, tested last
+here). The tests before the hook's show the checker fails on bad figures.
 """
 
 from __future__ import annotations
@@ -307,3 +309,85 @@ def test_checker_never_passes_an_empty_figure():
     fig, ax = plt.subplots()
     ax.set_title("nothing")
     assert problems(fig) == ["the figure's axes (axes 'nothing') hold no data and no text"]
+
+
+# ---- the kernel-side hook: LAB_FIGURE_CHECK checks every figure a notebook shows ---------------
+
+HOOKED_SESSION = r"""
+import json, os, sys
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
+config = Config()
+config.HistoryManager.hist_file = ":memory:"  # no history database written
+shell = InteractiveShell.instance(config=config)
+cells = [
+    "import lab_utils",
+    # overlapping tick labels, shown with display() (the inline backend's way)
+    "import matplotlib.pyplot as plt\nfrom IPython.display import display\n"
+    "fig, ax = plt.subplots(figsize=(2, 2))\nax.plot(range(30))\nax.set_xticks(range(30))\n"
+    "ax.set_xticklabels([f'label {i}' for i in range(30)])\ndisplay(fig)\nplt.close(fig)",
+    # a clean figure left open at the end of the cell (plt.show() draws nothing under Agg)
+    "fig, ax = plt.subplots()\nax.plot([1, 3], label='line')\nax.set_title('clean')\nplt.show()",
+    "print('no figure here')",
+    # a check that raises is recorded; the figure is still displayed
+    "import lab_utils.viz.readable as r\ndef broken(fig, **kw):\n    raise RuntimeError('boom')\n"
+    "r.problems = broken\nfig, ax = plt.subplots()\nax.plot([1, 2])\ndisplay(fig)\nplt.close(fig)",
+]
+for cell in cells:
+    result = shell.run_cell(cell, store_history=True)
+    assert result.success, (cell, result.error_in_exec)
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("matplotlib", "lab_utils"))))
+"""
+
+
+def _hooked_session(tmp_path, record):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "LAB_FIGURE_CHECK"}
+    env["MPLBACKEND"] = "Agg"  # as the grader runs notebooks
+    if record is not None:
+        env["LAB_FIGURE_CHECK"] = str(record)
+    script = tmp_path / "session.py"
+    script.write_text(HOOKED_SESSION)
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_figure_check_hook_records_each_figure_shown(tmp_path):
+    import json
+
+    record = tmp_path / "figures.jsonl"
+    _hooked_session(tmp_path, record)
+    figures = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [(f["cell"], f["how"]) for f in figures] == [
+        (2, "displayed"),
+        (3, "open at the end of the cell"),
+        (5, "displayed"),
+    ], figures
+    overlapping, clean, broken = figures
+    assert len(overlapping["problems"]) == 1 and "x tick labels overlap" in overlapping["problems"][0]
+    assert overlapping["source"] == "import matplotlib.pyplot as plt" and overlapping["error"] is None
+    assert clean["problems"] == [] and clean["figure"] == "clean" and clean["error"] is None
+    assert broken["problems"] == [] and broken["error"] == "RuntimeError: boom"
+
+
+def test_figure_check_hook_does_nothing_when_the_variable_is_unset(tmp_path):
+    modules = _hooked_session(tmp_path, None)
+    assert "lab_utils.viz.figure_check" not in modules
+    assert not list(tmp_path.glob("*.jsonl"))
+    # and importing lab_utils alone imports no matplotlib
+    import subprocess
+    import sys
+
+    probe = "import sys, lab_utils; print(any(m.startswith('matplotlib') for m in sys.modules))"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "LAB_FIGURE_CHECK"}
+    assert (
+        subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True).stdout.strip()
+        == "False"
+    )

@@ -46,7 +46,7 @@ SEED_A, SEED_B = 20261201, 777  # two grading seeds; each notebook's scenario se
 SKIP_SERVERS = {"RUN_VLLM": False, "RUN_REAL": False}
 
 
-def _grade(path: Path, out: Path, parameters: dict, seed: int) -> tuple:
+def _grade(path: Path, out: Path, parameters: dict, seed: int, figure_check: bool = False) -> tuple:
     grader = Grader(
         out,
         timeout=NOTEBOOK_TIMEOUT,
@@ -55,6 +55,7 @@ def _grade(path: Path, out: Path, parameters: dict, seed: int) -> tuple:
         seed=seed,
         keep_answers=True,
         copies="off",  # the published solution itself: the copy check is proven in test_originality
+        figure_check=figure_check,  # OUT/figures/ci/NN.jsonl: each shown figure's readability problems
     )
     try:
         return grader.grade(Job("ci", path.name[:2], path))
@@ -77,7 +78,7 @@ def solution_run(tmp_path_factory):
     def run(path: Path):
         if path.name not in _RUNS:
             out = tmp_path_factory.mktemp(f"sol-{path.name[:2]}")
-            _RUNS[path.name] = (*_grade(path, out, _params(), SEED_A), out)
+            _RUNS[path.name] = (*_grade(path, out, _params(), SEED_A, figure_check=True), out)
         return _RUNS[path.name]
 
     return run
@@ -290,3 +291,62 @@ def test_zz_no_silent_minute():
     print("\n".join(line for _, line in silent))
     too_long = [line for took, line in silent if took > SILENT_FAIL_S]
     assert not too_long, "\n".join(too_long)
+
+
+# Labs whose LIGHT solution run was verified to show only figures that read (2026-12-03, papermill,
+# BACKEND cpu, LAB_FIGURE_CHECK): a problem in one of them fails the test. The other labs' figures
+# were not all verified before the deadline; their problems are listed in out/figure-problems.md
+# without failing, until a run shows them clean and they join this set.
+FIGURES_VERIFIED = {"00", "11"}
+
+
+def _solution_cell(nb, count) -> int | None:
+    """The index in the solution notebook of the executed cell numbered `count` (the grader's probe
+    cells and papermill's injected parameters are not in the solution)."""
+    index = -1
+    for cell in nb.cells:
+        tags = cell.metadata.get("tags", [])
+        if "grader-probe" in tags or "injected-parameters" in tags:
+            continue
+        index += 1
+        if cell.cell_type == "code" and cell.get("execution_count") == count:
+            return index
+    return None
+
+
+@pytest.mark.slow
+def test_zz_solution_figures_read():
+    """Every figure this session's solution runs showed (checked in the kernel just before it was
+    rendered: lab_utils.viz.figure_check, readable.problems with matplotlib's bounding boxes) reads:
+    no overlapping tick labels, no legend over data, no texts over each other or off the figure, no
+    empty figure. Each figure with a problem is listed in out/figure-problems.md."""
+    if not _RUNS:
+        pytest.skip("no solution ran in this session")
+    listed, failing, counts = [], [], []
+    for name, (*_, out) in sorted(_RUNS.items()):
+        lab = name[:2]
+        record = out / "figures" / "ci" / f"{lab}.jsonl"
+        lines = record.read_text().splitlines() if record.exists() else []
+        figures = [json.loads(line) for line in lines if line.strip()]
+        counts.append(f"{lab}: {len(figures)}")
+        nb = nbformat.read(str(out / "executed" / "ci" / name), as_version=4)
+        for fig in figures:
+            found = fig["problems"] + ([f"the check raised {fig['error']}"] if fig.get("error") else [])
+            if not found:
+                continue
+            cell = _solution_cell(nb, fig.get("cell"))
+            where = f"{name} cell {cell}" if cell is not None else f"{name} (execution {fig.get('cell')})"
+            title = f" {fig['figure']!r}" if fig.get("figure") else ""
+            text = f"{where}{title} ({fig.get('source', '')}): " + "; ".join(found)
+            listed.append(
+                text if lab in FIGURES_VERIFIED else f"{text} [not yet verified: listed, not failed]"
+            )
+            if lab in FIGURES_VERIFIED:
+                failing.append(text)
+    (REPO / "out").mkdir(exist_ok=True)
+    (REPO / "out" / "figure-problems.md").write_text(
+        f"Figures shown per lab: {', '.join(counts)}\n\n"
+        + ("".join(f"- {line}\n" for line in listed) or "none: every figure shown reads\n")
+    )
+    print("\n".join(listed))
+    assert not failing, "\n".join(failing)
