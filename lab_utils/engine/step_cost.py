@@ -25,7 +25,7 @@ def _load(folder: str | Path, device: str):
     from transformers import AutoModelForCausalLM
 
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    model = AutoModelForCausalLM.from_pretrained(str(folder), torch_dtype=dtype)
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
     return model.to(device).eval()
 
 
