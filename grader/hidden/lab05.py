@@ -357,26 +357,18 @@ _SPEC = "vllm:spec_decode_num_"
 
 def _ref_spec_counts(text: str) -> tuple[float, float, dict[int, float]]:
     """(drafts, accepted tokens, accepted per position) on one page, summed over label sets."""
+    from lab_utils.clients.metrics import parse_prometheus  # a full parser: labels, escapes, timestamps
+
     drafts = accepted = 0.0
     per: dict[int, float] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if "{" in line:
-            name, rest = line.split("{", 1)
-            labels, value = rest.rsplit("}", 1)
-        else:
-            name, value = line.split(None, 1)
-            labels = ""
-        v = float(value.split()[0])
-        if name == _SPEC + "drafts_total":
-            drafts += v
-        elif name == _SPEC + "accepted_tokens_total":
-            accepted += v
-        elif name == _SPEC + "accepted_tokens_per_pos_total":
-            pos = int(labels.split('position="', 1)[1].split('"', 1)[0])
-            per[pos] = per.get(pos, 0.0) + v
+    for sample in parse_prometheus(text):
+        if sample.name == _SPEC + "drafts_total":
+            drafts += sample.value
+        elif sample.name == _SPEC + "accepted_tokens_total":
+            accepted += sample.value
+        elif sample.name == _SPEC + "accepted_tokens_per_pos_total":
+            pos = int(sample.labels["position"])
+            per[pos] = per.get(pos, 0.0) + sample.value
     return drafts, accepted, per
 
 
