@@ -79,7 +79,7 @@ def test_simulated_verification_keeps_the_agreeing_prefix_and_then_the_targets_t
 
 def test_lab_prompts_are_varied_and_seeded():
     a, b = distill.lab_prompts(40, seed=1), distill.lab_prompts(40, seed=1)
-    assert a == b and len(a) == 40 and len(set(a)) >= 35
+    assert a == b and len(a) == 40 and len(set(a)) == 40  # all different: the split never leaks
     assert distill.lab_prompts(40, seed=2) != a
 
 

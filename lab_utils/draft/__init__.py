@@ -24,7 +24,7 @@ import os
 import re
 from pathlib import Path
 
-FORMAT_VERSION = 2  # bump when the recipe changes, so old caches are rebuilt
+FORMAT_VERSION = 3  # bump when the recipe changes, so old caches are rebuilt
 MARKER = ".course-draft.json"
 
 
