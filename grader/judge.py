@@ -82,7 +82,10 @@ def _run(fn, values: dict, extra: dict) -> tuple[float | None, str, str]:
         return None, ERROR, f"your answer raised {exc}"[:300]
     except Exception as exc:
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        return None, ERROR, f"your answer raised {last}"[:300]
+        if getattr(exc, "from_learner", False):
+            return None, ERROR, f"your answer raised {last}"[:300]
+        # raised by the check itself, on what the answer returned (or a fault in the check)
+        return None, ERROR, f"{CHECK_FAILED}{last}"[:300]
     return check_fraction(fraction)
 
 
@@ -133,10 +136,25 @@ def judge_question(q: Question, ctx: Context) -> Result:
                 message = f"passes the public check but not the grader's unseen cases: {message}"
             elif status == ERROR and message.startswith("your answer raised "):
                 message = _type_only(message)
+            elif status == ERROR and message.startswith(CHECK_FAILED):
+                message = _check_failed(message)
             return Result(q.id, q.points, 0.0, status, message)
         return result_for(q, round(public * frac, 6), message)
     finally:
         runner.close()
+
+
+CHECK_FAILED = "the check could not use what your answer returned: "
+
+
+def _check_failed(message: str) -> str:
+    """The check's own exception on a hidden case, cut to its type (its text may quote the case)."""
+    kind = _type_only("your answer raised " + message[len(CHECK_FAILED) :]).split()[3]
+    return (
+        f"the check could not use what your answer returned on one of the grader's unseen cases ({kind}): "
+        "return the type and shape the question asks for; if you do, this is a fault in the course, "
+        "tell your instructor"
+    )
 
 
 def _type_only(message: str) -> str:

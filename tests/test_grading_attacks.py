@@ -23,7 +23,7 @@ from grader import fingerprint
 from grader import grader as grader_module
 from grader.gradebook import Job, Outcome, write_gradebook
 from grader.grader import Grader, _feedback, _run_status, discover, hidden_key, job_seed, seed_warning
-from grader.judge import _type_only
+from grader.judge import CHECK_FAILED, _check_failed, _run, _type_only
 from grader.sandbox import (
     STOP,
     Sandbox,
@@ -246,6 +246,26 @@ def test_an_exception_on_a_hidden_case_shows_only_its_type():
     cut = _type_only(leak)
     assert cut.startswith("your answer raised ValueError") and "4096" not in cut and "secret" not in cut
     assert "4096" not in _type_only("your answer raised : 4096")
+
+
+def test_an_exception_the_check_raised_is_not_blamed_on_the_answer():
+    """A check that fails on its own (a case it generated, or a value it cannot use) says so: the
+    learner is not told their answer raised, and the case's text stays hidden."""
+
+    def check(answer):
+        return max(x for x in answer() if x > 4096)  # empty: the check's own ValueError
+
+    frac, status, message = _run(check, {"answer": lambda: [1, 2]}, {})
+    assert frac is None and status == "error" and message.startswith(CHECK_FAILED), message
+    cut = _check_failed(message)
+    assert "ValueError" in cut and "your answer raised" not in cut and "4096" not in cut and "empty" not in cut
+
+    def raises(**_):
+        exc = ValueError("the learner's own words")
+        exc.from_learner = True  # as the runner marks an exception that crossed from the sandbox
+        raise exc
+
+    assert _run(raises, {}, {})[2].startswith("your answer raised ValueError")
 
 
 @needs_sandbox

@@ -288,8 +288,9 @@ def _level(rng, c: int) -> tuple[dict, float, float | None]:
             )
         else:
             recs.append(_record(i, start, ttft, tokens, e2e=ttft + tokens * rng.uniform(0.01, 0.05)))
-    ends = [r["finish"] for r in recs if r["finish"] is not None]
-    duration = max(ends) - min(r["start"] for r in recs) + rng.uniform(0, 0.05)
+    # every request of a level may fail (a small level, a cut stream each): the run still lasted
+    ends = [r["finish"] for r in recs if r["finish"] is not None] or [t]
+    duration = max(ends) - min(r["start"] for r in recs) + rng.uniform(0.001, 0.05)
     ok = [r for r in recs if r["error"] is None and r["finish"] is not None]
     tok_s = sum(r["output_tokens"] for r in ok) / duration
     p95 = _linear_p95([r["ttft"] for r in ok]) if len(ok) == len(recs) else None
