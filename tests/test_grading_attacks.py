@@ -258,7 +258,9 @@ def test_an_exception_the_check_raised_is_not_blamed_on_the_answer():
     frac, status, message = _run(check, {"answer": lambda: [1, 2]}, {})
     assert frac is None and status == "error" and message.startswith(CHECK_FAILED), message
     cut = _check_failed(message)
-    assert "ValueError" in cut and "your answer raised" not in cut and "4096" not in cut and "empty" not in cut
+    assert (
+        "ValueError" in cut and "your answer raised" not in cut and "4096" not in cut and "empty" not in cut
+    )
 
     def raises(**_):
         exc = ValueError("the learner's own words")
