@@ -149,7 +149,7 @@ CHECK_FAILED = "the check could not use what your answer returned: "
 
 def _check_failed(message: str) -> str:
     """The check's own exception on a hidden case, cut to its type (its text may quote the case)."""
-    kind = _type_only("your answer raised " + message[len(CHECK_FAILED) :]).split()[3]
+    kind = _exception_kind(message[len(CHECK_FAILED) :])
     return (
         f"the check could not use what your answer returned on one of the grader's unseen cases ({kind}): "
         "return the type and shape the question asks for; if you do, this is a fault in the course, "
@@ -160,10 +160,15 @@ def _check_failed(message: str) -> str:
 def _type_only(message: str) -> str:
     """An exception the answer raised on a hidden case, cut to its type: its text is the learner's
     own choice and may carry the hidden inputs out into the feedback."""
-    words = message[len("your answer raised ") :].split(":", 1)[0].split()
-    kind = words[0] if words else ""
-    kind = "".join(ch for ch in kind if ch.isalnum() or ch in "._")[:60] or "an exception"
+    kind = _exception_kind(message[len("your answer raised ") :])
     return f"your answer raised {kind} on one of the grader's unseen cases (its message is not shown)"
+
+
+def _exception_kind(text: str) -> str:
+    """'ValueError: anything' -> 'ValueError': the exception's type name, nothing of its message."""
+    words = text.split(":", 1)[0].split()
+    kind = words[0] if words else ""
+    return "".join(ch for ch in kind if ch.isalnum() or ch in "._")[:60] or "an exception"
 
 
 def judge_lab(lab: str, ctx: Context) -> list[Result]:

@@ -268,6 +268,7 @@ def test_an_exception_the_check_raised_is_not_blamed_on_the_answer():
         raise exc
 
     assert _run(raises, {}, {})[2].startswith("your answer raised ValueError")
+    assert "(an exception)" in _check_failed(CHECK_FAILED + ": 4096")  # no type name: none is made up
 
 
 @needs_sandbox

@@ -379,9 +379,8 @@ def plot_runs(trace: Trace, runs: list[AutoscaleRun], title: str = ""):
         axes[1].step(th, run.replicas, where="post", label=run.policy)
         axes[2].plot(th, run.ttft_p95, lw=0.8, label=run.policy)
     axes[1].set_ylabel("replicas (paid)")
-    axes[1].legend(
-        fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1)
-    )  # beside: inside it covered a policy's line
+    # beside the plot: inside it covered a policy's line (seed 7992's queue policy)
+    axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     axes[2].set_yscale("log")
     axes[2].set_ylabel("TTFT p95 (s)")
     axes[2].set_xlabel("hours")
