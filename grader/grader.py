@@ -62,13 +62,12 @@ from .gradebook import (
     write_gradebook,
 )
 from .instructor import grading_key, hidden_key, instructor_dir, instructor_seed, job_seed, seed_warning
-from .judge import Context, judge_lab
+from .judge import JUDGE_S_PER_QUESTION, Context, judge_budget, judge_lab
 from .originality import is_copy, pasted_references
 from .registry import questions_for
 from .sandbox import (
-    INSIDE_IN,
-    INSIDE_OUT,
     INSIDE_WORK,
+    REPORT_FD,
     STOP,
     Sandbox,
     Status,
@@ -84,7 +83,6 @@ from .sandbox import (
 from .untrusted import (
     MAX_NOTEBOOK_BYTES,
     MAX_STATUS_BYTES,
-    Refused,
     copy_tree,
     markdown_text,
     plain,
@@ -100,7 +98,7 @@ def _gpu_visible() -> bool:
     return any(Path("/dev").glob("nvidia[0-9]*"))
 
 
-GRADER_VERSION = "3"
+GRADER_VERSION = "4"
 MAX_OUTPUT_CHARS = 20_000  # per output, in the executed copy kept for the instructor
 
 __all__ = [  # the names callers import from here (the pieces live in discovery, instructor, classrun)
@@ -158,6 +156,7 @@ class Grader:
         copies: str = "zero",
         key: str | None = None,
         figure_check: bool = False,
+        judge_s_per_question: float = JUDGE_S_PER_QUESTION,
     ):
         if timeout is not None and timeout <= 0:
             raise ValueError(f"--timeout must be positive seconds, got {timeout}")
@@ -188,6 +187,9 @@ class Grader:
         # CI: the kernel checks every figure it shows (lab_utils.viz.figure_check) into
         # OUT/figures/<student>/<lab>.jsonl, one JSON line per figure
         self.figure_check = figure_check
+        if judge_s_per_question <= 0:
+            raise ValueError(f"the judge's seconds per question must be positive, got {judge_s_per_question}")
+        self.judge_s_per_question = judge_s_per_question
         self.sandboxed = sandboxed
         self.disk_mb = disk_mb
         self.tmp_mb = tmp_mb
@@ -218,6 +220,7 @@ class Grader:
             "tmp_mb": self.tmp_mb,
             "copies": self.copies,
             "key": self.key.hex(),
+            "judge_s_per_question": self.judge_s_per_question,
         }
 
     def close(self) -> None:
@@ -253,7 +256,14 @@ class Grader:
         for p in self._hidden_files(lab):
             h.update(p.name.encode() + b"\0" + file_digest(p).encode())
         h.update(installed_packages().encode())
-        limits = [self.timeout_for(lab), self.memory_for(lab), self.check_timeout, self.disk_mb, self.tmp_mb]
+        limits = [
+            self.timeout_for(lab),
+            self.memory_for(lab),
+            self.check_timeout,
+            self.disk_mb,
+            self.tmp_mb,
+            self.judge_s_per_question,
+        ]
         h.update(
             json.dumps(
                 [self.parameters, limits, self.sandboxed, self.copies, self.kernel],
@@ -320,10 +330,11 @@ class Grader:
         )
         if uid is not None:
             box.uid = uid
+        # each at its own path: the run's mount table names no host folder it cannot see
         if job_in is not None:
-            box.read_only[str(job_in)] = INSIDE_IN
+            box.read_only[str(job_in)] = str(job_in)
         if job_out is not None:
-            box.writable[str(job_out)] = INSIDE_OUT
+            box.writable[str(job_out)] = str(job_out)
         return box
 
     def _env(self, home: str, results: str) -> dict:
@@ -409,7 +420,7 @@ class Grader:
             # predictions are fixed where their check cell stands (names only predictions read)
             others = {n for q in qs if not q.predict for n in q.answers}
             predictions = {q.id: [n for n in q.answers if n not in others] for q in qs if q.predict}
-            unchecked = instrument(nb, names, self._inside(answers_dir, f"{INSIDE_OUT}/answers"), predictions)
+            unchecked = instrument(nb, names, str(answers_dir), predictions)
             outcome.flags += [
                 f"{q}: the prediction's check cell was removed (fixed at its first value)" for q in unchecked
             ]
@@ -423,24 +434,25 @@ class Grader:
             timeout, memory_mb = self.timeout_for(job.lab), self.memory_for(job.lab)
             env = self._env(home, self._inside(work / "results.json", f"{INSIDE_WORK}/results.json"))
             if self.figure_check:
-                env["LAB_FIGURE_CHECK"] = self._inside(
-                    job_out / "figures.jsonl", f"{INSIDE_OUT}/figures.jsonl"
-                )
+                env["LAB_FIGURE_CHECK"] = str(job_out / "figures.jsonl")
+            # the run's status and executed notebook come over a pipe only the run's driver holds
+            # (never a file the learner's uid could rewrite)
+            reports: dict = {}
             code, killed = run_limited(
                 [
                     self.python,
                     "-m",
                     "lab_utils.grading.execute",
-                    self._inside(job_in / "submitted.ipynb", f"{INSIDE_IN}/submitted.ipynb"),
-                    self._inside(job_out / "executed.ipynb", f"{INSIDE_OUT}/executed.ipynb"),
+                    str(job_in / "submitted.ipynb"),
+                    "-",
                     "--cwd",
                     run,
                     "--copy-from",
-                    self._inside(job_in / "files", f"{INSIDE_IN}/files"),
+                    str(job_in / "files"),
                     "--cell-timeout",
                     str(timeout),
-                    "--status",
-                    self._inside(job_out / "status.json", f"{INSIDE_OUT}/status.json"),
+                    "--report-fd",
+                    REPORT_FD,
                     "--kernel",
                     self.kernel,
                 ],
@@ -452,10 +464,11 @@ class Grader:
                 sandbox=self._sandbox(job_in, job_out, uid, job.lab),
                 watch_dir=job_out,
                 disk_mb=self.disk_mb,
+                reports=reports,
             )
             if qs:
                 outcome.status = _run_status(
-                    code, killed, job_out / "status.json", timeout, memory_mb, self.disk_mb
+                    code, killed, reports.get("status"), timeout, memory_mb, self.disk_mb
                 )
             # the learner's code has finished running; from here it is only called, one question at a time
             self._check_stop()
@@ -474,7 +487,7 @@ class Grader:
                 outcome.scores[qid] = h["points"] if h["outcome"] == "passed" else 0.0
             if not self.sandboxed:
                 outcome.status = f"{outcome.status} (unsandboxed)"
-            self._keep_executed(job, job_out / "executed.ipynb")
+            self._keep_executed(job, reports.get("notebook"))
             if self.figure_check:
                 self._keep_figures(job, job_out / "figures.jsonl")
             if self.keep_answers:
@@ -504,6 +517,7 @@ class Grader:
             python=self.python,
             env=self._env(runner_home, self._inside(work / "results.json", f"{INSIDE_WORK}/results.json")),
             per_question=self.check_timeout,
+            budget_s=judge_budget(len(questions_for(job.lab)), self.judge_s_per_question),
         )
 
     def judge_saved(
@@ -612,12 +626,14 @@ class Grader:
         except (OSError, ValueError):
             dest.write_text("")  # no figure was shown, or the file could not be read
 
-    def _keep_executed(self, job: Job, executed: Path) -> None:
+    def _keep_executed(self, job: Job, executed: bytes | None) -> None:
         import nbformat
 
-        try:  # written inside the sandbox: a regular file under the cap, or nothing is kept
-            nb = nbformat.reads(read_bytes(executed, MAX_NOTEBOOK_BYTES).decode("utf-8"), as_version=4)
-        except Exception:  # a notebook that broke its own output file: nothing worth keeping
+        if executed is None or len(executed) > MAX_NOTEBOOK_BYTES:
+            return  # the run sent no notebook (killed before its first save), or one past the cap
+        try:  # papermill's own copy, sent by the run's driver over its report pipe
+            nb = nbformat.reads(executed.decode("utf-8"), as_version=4)
+        except Exception:  # a kernel that broke its outputs: nothing worth keeping
             return
         _truncate_outputs(nb)
         dest = self.out / "executed" / _safe(job.student) / job.notebook.name
@@ -662,8 +678,9 @@ def _apply_parameters(nb, parameters: dict) -> None:
 
 
 def _run_status(
-    code, killed: Status | None, status_file: Path, timeout: float, memory_mb: int, disk_mb: int = 0
+    code, killed: Status | None, reported: bytes | None, timeout: float, memory_mb: int, disk_mb: int = 0
 ) -> str:
+    """The status column of a run, from how it ended and what its driver reported on its pipe."""
     if killed is Status.DISK_LIMIT:
         return Status.DISK_LIMIT.text(
             f"wrote more than {disk_mb} MB of output and was stopped; answers saved before then were graded"
@@ -674,16 +691,16 @@ def _run_status(
         return Status.MEMORY_LIMIT.text(
             f"used more than {memory_mb} MB and was stopped; answers saved before then were graded"
         )
-    try:  # written inside the sandbox: a small regular file, read as data, never waited on
-        info = json.loads(read_bytes(status_file, MAX_STATUS_BYTES))
+    try:  # sent by the run's driver: small JSON, read as data
+        if reported is None or len(reported) > MAX_STATUS_BYTES:
+            raise ValueError("no report")
+        info = json.loads(reported)
         info = {
             "outcome": str(info.get("outcome", "failed")),
             "detail": plain(" ".join(str(info.get("detail", "")).split())),
         }
-    except Refused as exc:
-        info = {"outcome": "failed", "detail": f"the status file was refused: {exc}"}
-    except (OSError, ValueError, AttributeError, RecursionError):
-        info = {"outcome": "failed", "detail": ""}
+    except (ValueError, AttributeError, RecursionError, UnicodeDecodeError):
+        info = {"outcome": "started", "detail": ""}  # no report: the run stopped without one
     outcome = info.get("outcome", "failed")
     if code is not None and code < 0:
         return Status.KILLED.text(f"by signal {-code}")

@@ -13,6 +13,8 @@ other questions are unaffected.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +54,7 @@ class Context:
     per_question: float = 120.0
     memory_mb: int = 4096
     statuses: dict[str, str] = field(default_factory=dict)
+    budget_s: float | None = None  # the whole submission's judge time; None: judge_budget(questions)
 
 
 def refused(spec: str) -> str:
@@ -171,9 +174,39 @@ def _exception_kind(text: str) -> str:
     return "".join(ch for ch in kind if ch.isalnum() or ch in "._")[:60] or "an exception"
 
 
+JUDGE_BASE_S = 60.0  # the judge's budget for one submission: this, plus
+JUDGE_S_PER_QUESTION = 40.0  # this for each of the lab's questions (README: "Limits")
+
+
+def judge_budget(questions: int, per_question: float = JUDGE_S_PER_QUESTION) -> float:
+    """Seconds the judge may spend on one submission of a lab with `questions` questions."""
+    return JUDGE_BASE_S + per_question * questions
+
+
 def judge_lab(lab: str, ctx: Context) -> list[Result]:
-    """Score every question of `lab`."""
-    return [judge_question(q, ctx) for q in questions_for(lab)]
+    """Score every question of `lab` within one budget for the whole submission: each question's
+    runner gets what is left (at most `ctx.per_question`); once it is spent, the questions not yet
+    judged score 0 with a status that says so."""
+    qs = questions_for(lab)
+    budget = ctx.budget_s if ctx.budget_s is not None else judge_budget(len(qs))
+    deadline = time.monotonic() + budget
+    results = []
+    for q in qs:
+        left = deadline - time.monotonic()
+        if left < 1.0:
+            results.append(
+                Result(
+                    q.id,
+                    q.points,
+                    0.0,
+                    ERROR,
+                    f"not judged: this submission used the judge's whole budget ({budget:.0f} s for "
+                    f"{len(qs)} questions) on the questions before it; make slow answers faster",
+                )
+            )
+            continue
+        results.append(judge_question(q, dataclasses.replace(ctx, per_question=min(ctx.per_question, left))))
+    return results
 
 
 def score_in_process(q: Question, namespace: dict, seed: int) -> Result:

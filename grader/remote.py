@@ -18,14 +18,13 @@ import builtins
 import os
 import select
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 from lab_utils.grading.wire import WireError, decode, dumps, encode, loads
 
-from .sandbox import Sandbox, guarded, kill_tree, tree_memory_mb
-
-_COURSE_LIBRARY = Path(__file__).resolve().parent.parent / "lab_utils"
+from .sandbox import LOG_CAP_BYTES, Sandbox, _drain, guarded, kill_tree, tree_memory_mb
 
 # remote exceptions re-raised here as themselves, so checks can catch what they expect
 _BUILTIN_ERRORS = {
@@ -88,28 +87,23 @@ class Runner:
         self.timeout = timeout
         self.memory_mb = memory_mb
         self._mirrors: dict[int, tuple[int, object]] = {}  # id(obj) -> (mirror number, obj kept alive)
-        inside = str(answers_dir)
+        # every folder a runner is handed is bound at its own path: its mount table names no other
+        cmd = [python, "-m", "lab_utils.grading.sandboxed", "--answers", str(answers_dir)]
         if sandbox is not None:
-            sandbox.read_only[str(answers_dir)] = "/tmp/in/answers"
-            inside = "/tmp/in/answers"
-        cmd = [python, "-m", "lab_utils.grading.sandboxed", "--answers", inside]
+            sandbox.read_only[str(answers_dir)] = str(answers_dir)
         if prints:  # the references' code fingerprints (grader.library): hashes, no source
             from .library import prints_file
 
             path = prints_file(prints)
             cmd += ["--prints", str(path)]
             if sandbox is not None:
-                sandbox.read_only[str(path)] = "/tmp/in/prints.json"
-                cmd[-1] = "/tmp/in/prints.json"
+                sandbox.read_only[str(path)] = str(path)
         cmd += ["--forbid", *forbid]
         if library is not None:  # the course library without this question's references
-            if sandbox is not None:  # over the course library, and first on the path wherever that is
-                sandbox.read_only[str(library / "lab_utils")] = str(_COURSE_LIBRARY)
-                sandbox.read_only[str(library)] = "/tmp/in/library"
-                env = {
-                    **env,
-                    "PYTHONPATH": os.pathsep.join(filter(None, ["/tmp/in/library", env.get("PYTHONPATH")])),
-                }
+            if sandbox is not None:  # over the learner's copy of the library
+                sandbox.read_only[str(library / "lab_utils")] = str(
+                    Path(sandbox.course_folder()) / "lab_utils"
+                )
             else:
                 env = {
                     **env,
@@ -117,16 +111,19 @@ class Runner:
                 }
         if sandbox is not None:
             cmd = sandbox.wrap(cmd, env)
-        self._log = open(log, "ab")
         self.proc = subprocess.Popen(
             guarded(cmd),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=self._log,
+            stderr=subprocess.PIPE,  # through a pipe this process drains into the log, capped
             env=env,
             cwd=str(log.parent),
             start_new_session=True,
         )
+        self._stderr = threading.Thread(
+            target=_drain, args=(self.proc.stderr, log, LOG_CAP_BYTES), daemon=True
+        )
+        self._stderr.start()
         self._buf = b""
         self._next_memory_check = 0.0
         ready = self._reply()
@@ -239,7 +236,7 @@ class Runner:
                     stream.close()
                 except Exception:
                     pass
-            self._log.close()
+            self._stderr.join(timeout=5)
 
 
 class Remote:

@@ -129,22 +129,81 @@ def _within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def _under_tmp(paths) -> list[str]:
-    """The paths (resolved) that lie under /tmp, outermost first, none inside another."""
-    found = sorted({os.path.realpath(p) for p in paths if p and _within(os.path.realpath(p), "/tmp")})
-    return [p for p in found if p != "/tmp" and not any(q != p and _within(p, q) for q in found)]
+# --- what a run sees: an allow list --------------------------------------------------------------
+# The sandbox's root is an empty tmpfs (bubblewrap's own); only what is listed here is bound into
+# it, read-only, each at its own host path (so /proc/self/mountinfo names no host path but the bind
+# points themselves). Nothing else of the host exists inside: no repository, no homes, no other
+# projects, no instructor folder.
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# kernel views a run needs to size itself (torch and vLLM read CPU and NUMA topology from /sys)
+KERNEL_VIEWS = ("/sys",)
+# the few files of /etc that Python, its libraries and the course's servers read
+ETC_FILES = (
+    "passwd",
+    "group",
+    "hosts",
+    "host.conf",
+    "nsswitch.conf",
+    "resolv.conf",
+    "gai.conf",
+    "protocols",
+    "services",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "timezone",
+    "os-release",
+    "mime.types",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "alternatives",
+    "fonts",
+    "prometheus",
+)
+
+
+def course_roots() -> dict[str, str]:
+    """The host folders of the course a run needs, by what they are: the Python environment, the
+    interpreter it was made from, the Triton server's environment and the course cache (the
+    prepared models and the learner's copy). The repository itself is not one of them."""
+    roots = {"environment": sys.prefix, "interpreter": sys.base_prefix}
+    triton = os.environ.get("TRITON_VENV") or str(Path(__file__).resolve().parent.parent / ".venv-triton")
+    if os.path.isdir(triton):
+        roots["triton environment"] = triton
+    cache = os.environ.get("COURSE_CACHE")
+    roots["course cache"] = cache if cache else str(Path.home() / ".cache" / "llm-serving-lab")
+    return roots
 
 
 def _needed() -> list[str]:
-    """What learner code needs to see wherever it lives: the Python environment, the course
-    repository (library, .venv-triton) and the course cache (the prepared model)."""
-    paths = [sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parent.parent)]
-    cache = os.environ.get("COURSE_CACHE")
-    paths.append(cache if cache else str(Path.home() / ".cache" / "llm-serving-lab"))
+    return list(course_roots().values())
+
+
+def _outermost(paths) -> list[str]:
+    """Existing folders among `paths` (resolved), none inside another or inside a system folder."""
+    found = sorted({os.path.realpath(p) for p in paths if p and os.path.isdir(p)})
+    system = [d for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+    return [
+        p
+        for p in found
+        if p != "/"
+        and not any(_within(p, d) for d in system)
+        and not any(q != p and _within(p, q) for q in found)
+    ]
+
+
+def allow_list(course: str = "") -> list[str]:
+    """Every host path a sandboxed run may read (its own job folders aside)."""
+    paths = [d for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+    paths += [d for d in KERNEL_VIEWS if os.path.isdir(d)]
+    paths += [f"/etc/{n}" for n in ETC_FILES if os.path.exists(f"/etc/{n}")]
+    paths += _outermost([*_needed(), course] if course else _needed())
     return paths
 
 
-VCS_FOLDERS = (".git", ".hg", ".svn", ".bzr")  # version history of the course: hidden inside
 SANDBOX_UID_BASE = 640_000  # the host uids sandboxed code runs as when the grader is root
 NPROC_LIMIT = (
     1024  # processes and threads one run may hold (RLIMIT_NPROC of its own uid; vLLM runs many threads)
@@ -172,19 +231,6 @@ def privileged() -> bool:
     """The grader runs as root: bubblewrap then sets the sandbox up as root and drops, inside, to
     an unprivileged host uid (no user namespace, so nothing inside is root in disguise)."""
     return hasattr(os, "geteuid") and os.geteuid() == 0
-
-
-def _closed_to_others(path: str) -> str | None:
-    """The outermost folder above `path` that another user cannot enter (no o+x), or None."""
-    parts = Path(path).parts
-    for i in range(2, len(parts)):
-        folder = str(Path(*parts[:i]))
-        try:
-            if not os.stat(folder).st_mode & 0o001:
-                return folder
-        except OSError:
-            return None
-    return None
 
 
 def share_course_files(paths: list[str]) -> None:
@@ -241,7 +287,8 @@ class Sandbox:
 
     read_only: dict[str, str] = field(default_factory=dict)  # extra host folders, read-only inside
     writable: dict[str, str] = field(default_factory=dict)  # host folders written inside (/tmp/out)
-    hide: list[str] = field(default_factory=list)  # host folders replaced by an empty one inside
+    hide: list[str] = field(default_factory=list)  # folders inside a bound one, emptied inside
+    course: str = ""  # the course copy the run imports (PYTHONPATH, LAB_REPO_ROOT); "": the learner's copy
     tmp_mb: int = 2048  # the private /tmp (the working folder lives there), in memory
     shm_mb: int = 512  # vLLM's CPU workers pass tensors through shared memory
     env: dict[str, str] = field(default_factory=dict)
@@ -251,17 +298,40 @@ class Sandbox:
     nproc: int = NPROC_LIMIT
     cpus: float = 0.0  # the run's CPU share in cores while the machine is busy (0: no share; see _throttle)
 
+    def course_folder(self) -> str:
+        """The course a run imports: the learner's copy (built on first use) unless given."""
+        if not self.course:
+            from .course_copy import learner_copy
+
+            self.course = str(learner_copy())
+        return self.course
+
     def options(self) -> list[str]:
         root = privileged()
-        opts = [
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-        ]
+        opts: list[str] = []
+        made: set[str] = {"/"}
+
+        def parents(dest: str) -> None:
+            # the folders that hold a bind point: made on the sandbox's own root, enterable by all
+            for parent in reversed(Path(dest).parents):
+                p = str(parent)
+                if p not in made:
+                    made.add(p)
+                    opts.extend(["--perms", "0755", "--dir", p])
+
+        for d in SYSTEM_DIRS:  # merged-/usr systems keep /bin, /lib ... as links into /usr
+            if os.path.islink(d):
+                opts += ["--symlink", os.readlink(d), d]
+            elif os.path.isdir(d):
+                opts += ["--ro-bind", d, d]
+        for d in KERNEL_VIEWS:
+            if os.path.isdir(d):
+                opts += ["--ro-bind", d, d]
+        parents("/etc/x")
+        for name in ETC_FILES:
+            if os.path.exists(f"/etc/{name}"):
+                opts += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+        opts += ["--dev", "/dev", "--proc", "/proc"]
         opts += [
             "--size",
             str(self.tmp_mb * 2**20),
@@ -280,49 +350,21 @@ class Sandbox:
             "--dir",
             INSIDE_WORK,
         ]
-        # a checkout, environment or model cache that lives under /tmp is bound back, read-only,
-        # over the private /tmp; the folders to hide are hidden after that, so inside one as well
-        back = _under_tmp(_needed())
-        if root:
-            # a needed folder under one closed to other users (/root/.pyenv, /root/.cache): that
-            # folder becomes an empty one inside, and only what is needed is bound back into it
-            closed = sorted({c for p in _needed() if (c := _closed_to_others(os.path.realpath(p)))})
-            for folder in closed:
-                opts += ["--perms", "0755", "--tmpfs", folder]
-            back += [
-                r
-                for p in _needed()
-                if (r := os.path.realpath(p)) not in back and any(_within(r, c) for c in closed)
-            ]
-        for path in back:
-            if not os.path.exists(path):
-                continue
-            if root and _within(path, "/tmp"):  # under the private /tmp: its folders enterable
-                for parent in list(reversed(Path(path).parents))[2:]:
-                    opts += ["--perms", "0755", "--dir", str(parent)]
-            for closed_folder in [c for c in closed if _within(path, c)] if root else []:
-                # the folders between an emptied one and what is bound back: enterable by all
-                between = Path(path).relative_to(closed_folder).parts[:-1]
-                for i in range(1, len(between) + 1):
-                    opts += ["--perms", "0755", "--dir", str(Path(closed_folder, *between[:i]))]
+        made |= {"/tmp", "/dev", "/dev/shm", INSIDE_WORK}
+        needed = _outermost([*_needed(), self.course_folder()])
+        for path in needed:
+            parents(path)
             opts += ["--ro-bind", path, path]
-        repo = str(Path(__file__).resolve().parent.parent)
-        hide = list(self.hide) + [os.path.join(repo, v) for v in VCS_FOLDERS]
-        for path in hide:
-            if _under_tmp([path]) and not any(_within(path, b) for b in back):
-                continue  # already gone with the host's /tmp
-            if os.path.isdir(path):
-                opts += ["--tmpfs", path]
-            elif os.path.exists(path):
-                opts += ["--ro-bind", "/dev/null", path]
-        dests = [*self.read_only.values(), *self.writable.values()]
-        made: set[str] = set()
-        for dest in dests:  # folders made to hold a bind point: enterable by the run's uid
-            for parent in list(reversed(Path(dest).parents))[1:]:
-                p = str(parent)
-                if _within(p, "/tmp") and p != "/tmp" and p not in dests and p not in made:
-                    made.add(p)
-                    opts += ["--perms", "0755", "--dir", p]
+        for path in self.hide:  # within a bound folder: replaced by an empty one
+            real = os.path.realpath(path)
+            if not any(_within(real, n) for n in needed):
+                continue  # not visible anyway
+            if os.path.isdir(real):
+                opts += ["--tmpfs", real]
+            elif os.path.exists(real):
+                opts += ["--ro-bind", "/dev/null", real]
+        for inside in [*self.read_only.values(), *self.writable.values()]:
+            parents(inside)
         for host, inside in self.read_only.items():
             if root:  # handed to the run on purpose: its own uid must be able to read it
                 _open_to_others(host)
@@ -332,6 +374,7 @@ class Sandbox:
         if self.gpu:
             for dev in sorted(Path("/dev").glob("nvidia*")):
                 opts += ["--dev-bind", str(dev), str(dev)]
+        opts += ["--remount-ro", "/"]
         if root:  # no user namespace: the uid drop happens inside (setpriv, see wrap)
             opts += [
                 "--unshare-pid",
@@ -359,9 +402,20 @@ class Sandbox:
         ]
         if not root:
             opts += ["--cap-drop", "ALL"]
-        for key, value in sorted(self.env.items()):
+        for key, value in sorted(self.course_env().items()):
             opts += ["--setenv", key, value]
         return opts
+
+    def course_env(self) -> dict[str, str]:
+        """`self.env`, with the course variables pointing into the sandbox's own view."""
+        env = dict(self.env)
+        course = self.course_folder()
+        env["PYTHONPATH"] = course  # the learner's copy, before the environment's own entries
+        env["LAB_REPO_ROOT"] = course
+        triton = course_roots().get("triton environment")
+        if triton:
+            env["TRITON_VENV"] = triton
+        return env
 
     def inner(self, cmd: list[str]) -> list[str]:
         """`cmd` as started inside: as root, dropped to the run's own uid, no capabilities, and a
@@ -481,9 +535,58 @@ def kill_tree(pid: int) -> None:
         pass  # the group is already gone
 
 
-def guarded(cmd: list[str]) -> list[str]:
-    """`cmd` under the guard that stops it when this process dies."""
-    return [sys.executable, str(Path(__file__).resolve()), "--guard", str(os.getpid()), "--", *cmd]
+def guarded(cmd: list[str], pass_fds: tuple[int, ...] = ()) -> list[str]:
+    """`cmd` under the guard that stops it when this process dies; `pass_fds` reach `cmd`."""
+    keep = [a for fd in pass_fds for a in ("--pass-fd", str(fd))]
+    return [sys.executable, str(Path(__file__).resolve()), "--guard", str(os.getpid()), *keep, "--", *cmd]
+
+
+LOG_CAP_BYTES = 4 * 2**20  # of a run's output kept in its log; the rest is read and dropped
+REPORT_CAP_BYTES = 64 * 2**20  # one report frame (an executed notebook) larger than this is dropped
+REPORT_FD = "@REPORT_FD@"  # in a command: replaced by the number of the report pipe's write end
+
+
+def _drain(src, dest: Path, cap: int) -> None:
+    """Copy a run's output pipe into `dest` up to `cap` bytes, then read and drop the rest, so a run
+    that floods its output neither blocks nor grows a host file."""
+    kept = 0
+    with open(dest, "wb") as out:
+        while chunk := src.read(65536):
+            if kept < cap:
+                out.write(chunk[: cap - kept])
+                kept += len(chunk[: cap - kept])
+                if kept >= cap:
+                    out.write(b"\n[... output past the log cap dropped by the grader ...]\n")
+                    out.flush()
+    src.close()
+
+
+def _read_frames(fd: int, reports: dict, cap: int) -> None:
+    """Keep the last frame of each kind the run's driver sent on its report pipe (see
+    lab_utils.grading.execute): b"S" its status, b"N" the executed notebook."""
+    with os.fdopen(fd, "rb", buffering=0) as pipe:
+
+        def exactly(n: int, keep: bool) -> bytes | None:
+            parts, got = [], 0
+            while got < n:
+                chunk = pipe.read(min(65536, n - got))
+                if not chunk:
+                    return None
+                got += len(chunk)
+                if keep:
+                    parts.append(chunk)
+            return b"".join(parts)
+
+        while (head := exactly(9, True)) is not None:
+            kind, size = head[:1], int.from_bytes(head[1:], "big")
+            body = exactly(size, size <= cap)
+            if body is None and size <= cap:
+                break  # cut short: the run ended mid-frame; the last whole frame stands
+            name = {b"S": "status", b"N": "notebook"}.get(kind)
+            if name and size <= cap:
+                reports[name] = body
+            elif name:
+                reports[f"{name}_dropped"] = size
 
 
 def run_limited(
@@ -497,58 +600,82 @@ def run_limited(
     sandbox: Sandbox | None = None,
     watch_dir: Path | None = None,
     disk_mb: int = 0,
+    reports: dict | None = None,
 ) -> tuple[int | None, Status | None]:
     """Run cmd (inside `sandbox` when given) in its own session under a wall-time, a memory and a
     disk limit (bytes written under `watch_dir`).
 
+    No host file descriptor reaches the run: its output goes through a pipe that this process
+    copies into `log` up to LOG_CAP_BYTES. With `reports` (a dict), the run also gets the write end
+    of a report pipe, named in `cmd` by REPORT_FD; what its driver sends there fills `reports`
+    (`status`, `notebook`: bytes, the last of each).
+
     Returns (exit code, None) when it finished, or (None, Status.TIMEOUT | MEMORY_LIMIT | DISK_LIMIT)
     when it was stopped. A negative exit code is the signal that ended it.
     """
+    report_r = report_w = None
+    if reports is not None:
+        report_r, report_w = os.pipe()
+        cmd = [str(report_w) if a == REPORT_FD else a for a in cmd]
     inner = sandbox.wrap(cmd, env) if sandbox is not None else cmd
-    with open(log, "wb") as out:
+    readers = []
+    try:
         proc = subprocess.Popen(
-            guarded(inner),
-            stdout=out,
+            guarded(inner, (report_w,) if report_w is not None else ()),
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
             cwd=str(cwd),
             start_new_session=True,
+            pass_fds=(report_w,) if report_w is not None else (),
         )
-        deadline = time.monotonic() + timeout
-        stopped: Status | None = None
-        code: int | None = None
-        next_disk = 0.0
-        try:
-            while True:
-                try:
-                    code = proc.wait(timeout=0.25)
-                    if STOP.is_set():
-                        raise Stopped("the grader was interrupted")
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                now = time.monotonic()
+    finally:
+        if report_w is not None:
+            os.close(report_w)  # only the run holds it now: its end is the reader's end of file
+    readers.append(threading.Thread(target=_drain, args=(proc.stdout, log, LOG_CAP_BYTES), daemon=True))
+    if report_r is not None:
+        readers.append(
+            threading.Thread(target=_read_frames, args=(report_r, reports, REPORT_CAP_BYTES), daemon=True)
+        )
+    for t in readers:
+        t.start()
+    deadline = time.monotonic() + timeout
+    stopped: Status | None = None
+    code: int | None = None
+    next_disk = 0.0
+    try:
+        while True:
+            try:
+                code = proc.wait(timeout=0.25)
                 if STOP.is_set():
                     raise Stopped("the grader was interrupted")
-                if now > deadline:
-                    stopped = Status.TIMEOUT
-                elif memory_mb and tree_memory_mb(proc.pid) > memory_mb:
-                    stopped = Status.MEMORY_LIMIT
-                elif disk_mb and watch_dir is not None and now >= next_disk:
-                    next_disk = now + 1.0
-                    if folder_bytes(watch_dir, disk_mb * 2**20) > disk_mb * 2**20:
-                        stopped = Status.DISK_LIMIT
-                if stopped:
-                    break
-        finally:
-            # a kernel or server left running by a crashed papermill is still ours to stop
-            kill_tree(proc.pid)
-            try:
-                proc.wait(timeout=10)
+                break
             except subprocess.TimeoutExpired:
-                pass  # unkillable (D state); the guard's own watch stops it when it wakes
-        return (None, stopped) if stopped else (code, None)
+                pass
+            now = time.monotonic()
+            if STOP.is_set():
+                raise Stopped("the grader was interrupted")
+            if now > deadline:
+                stopped = Status.TIMEOUT
+            elif memory_mb and tree_memory_mb(proc.pid) > memory_mb:
+                stopped = Status.MEMORY_LIMIT
+            elif disk_mb and watch_dir is not None and now >= next_disk:
+                next_disk = now + 1.0
+                if folder_bytes(watch_dir, disk_mb * 2**20) > disk_mb * 2**20:
+                    stopped = Status.DISK_LIMIT
+            if stopped:
+                break
+    finally:
+        # a kernel or server left running by a crashed papermill is still ours to stop
+        kill_tree(proc.pid)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass  # unkillable (D state); the guard's own watch stops it when it wakes
+        for t in readers:  # the run's tree is gone: its pipes are at their end
+            t.join(timeout=10)
+    return (None, stopped) if stopped else (code, None)
 
 
 # --- the guard (this file run as a script) -----------------------------------------------------
@@ -651,14 +778,15 @@ def _throttle(root: int, cpus: float, running) -> None:
         used_before, idle_before = tree_cpu_seconds(_tree(root)), psutil.cpu_times().idle
 
 
-def _guard(parent: int, cmd: list[str]) -> int:
+def _guard(parent: int, cmd: list[str], keep: tuple[int, ...] = ()) -> int:
     import resource
     import threading
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crashing kernel writes no core file
     cmd, fds, cpus = _bwrap_by_pipe(cmd)
-    child = subprocess.Popen(cmd, pass_fds=fds)  # same session and group as the guard, limits inherited
-    for fd in fds:
+    # same session and group as the guard, limits inherited; `keep` (the report pipe) passes through
+    child = subprocess.Popen(cmd, pass_fds=(*fds, *keep))
+    for fd in (*fds, *keep):
         os.close(fd)
     if cpus > 0:
         args = (os.getpid(), cpus, lambda: child.poll() is None)
@@ -682,7 +810,17 @@ def _guard(parent: int, cmd: list[str]) -> int:
     return code
 
 
+def _guard_args(argv: list[str]) -> tuple[int, tuple[int, ...], list[str]]:
+    """`--guard PARENT_PID [--pass-fd N]... -- COMMAND ...` -> (parent, fds, command)."""
+    if len(argv) < 4 or argv[0] != "--guard" or "--" not in argv:
+        raise SystemExit("usage: sandbox.py --guard PARENT_PID [--pass-fd N]... -- COMMAND ...")
+    split = argv.index("--")
+    opts, cmd = argv[2:split], argv[split + 1 :]
+    if len(opts) % 2 or any(o != "--pass-fd" for o in opts[::2]) or not cmd:
+        raise SystemExit("usage: sandbox.py --guard PARENT_PID [--pass-fd N]... -- COMMAND ...")
+    return int(argv[1]), tuple(int(fd) for fd in opts[1::2]), cmd
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 5 or sys.argv[1] != "--guard" or sys.argv[3] != "--":
-        sys.exit("usage: sandbox.py --guard PARENT_PID -- COMMAND ...")
-    sys.exit(_guard(int(sys.argv[2]), sys.argv[4:]))
+    _parent, _keep, _cmd = _guard_args(sys.argv[1:])
+    sys.exit(_guard(_parent, _cmd, _keep))

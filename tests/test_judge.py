@@ -281,29 +281,31 @@ def test_nothing_is_unpickled_on_the_judges_side(tmp_path):
     assert not marker.exists()
 
 
-def test_the_sandbox_hides_what_it_is_told_to(tmp_path):
+def test_a_runner_sees_no_host_folder_outside_the_allow_list(tmp_path):
     import shutil
 
-    # outside /tmp (the sandbox's /tmp is private anyway): a folder the sandbox is told to hide
+    # outside /tmp (the sandbox's /tmp is private anyway), world-readable, in the repository: not on
+    # the allow list, so it does not exist inside, hidden or not
     secret = Path(__file__).resolve().parent.parent / "out" / f"judge-secret-{tmp_path.name}"
     shutil.rmtree(secret, ignore_errors=True)
     secret.mkdir(parents=True)
+    secret.chmod(0o755)
     (secret / "seed").write_text("12345")
     folder = _answers(
         tmp_path / "a",
         f"""
         def peek():
             import os
-            try:
-                return open({str(secret / "seed")!r}).read()
-            except OSError:
-                return sorted(os.listdir({str(secret)!r}))
+            for path in ({str(secret / "seed")!r}, {str(secret)!r}, {str(secret.parent.parent / "solutions")!r}):
+                if os.path.exists(path):
+                    return path
+            return "absent"
         """,
     )
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp"}
-    r = Runner(folder, [], Sandbox(hide=[str(secret)]), sys.executable, env, tmp_path / "log", timeout=20)
+    r = Runner(folder, [], Sandbox(), sys.executable, env, tmp_path / "log", timeout=20)
     try:
-        assert r.answer("peek")() == []  # an empty folder in its place
+        assert r.answer("peek")() == "absent"
     finally:
         r.close()
         shutil.rmtree(secret, ignore_errors=True)

@@ -1,12 +1,20 @@
 """Run one instrumented notebook with papermill (the grader starts this in its own process).
 
-    python -m lab_utils.grading.execute IN.ipynb OUT.ipynb --cwd DIR [--copy-from DIR] --cell-timeout S --status F
+    python -m lab_utils.grading.execute IN.ipynb OUT --cwd DIR [--copy-from DIR] --cell-timeout S
+                                        (--status F | --report-fd N)
 
 The grader runs this inside the sandbox (grader/sandbox.py).
 
 Every cell runs even after one raised (errors are recorded, not fatal), so each question gets its
-chance. The outcome goes to the status file as JSON: {"outcome": "ok" | "cell errors" |
-"kernel died" | "cell timeout" | "failed", "detail": ...}.
+chance. The outcome is JSON: {"outcome": "ok" | "cell errors" | "kernel died" | "cell timeout" |
+"failed", "detail": ...}.
+
+With `--report-fd N` (how the grader runs it) nothing the grader trusts is a file: the outcome and
+every save of the executed notebook go to the grader as frames on descriptor N (a pipe), and OUT
+is ignored. This process then makes itself non-dumpable, so the notebook's kernel, which runs as
+the same user, can neither open that descriptor through /proc nor trace this process; the kernel
+does not inherit it. A notebook can still kill this process: the grader then has no report and
+says so.
 """
 
 from __future__ import annotations
@@ -24,9 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cwd", required=True)
     parser.add_argument("--copy-from", default=None, help="copy this folder's files into --cwd first")
     parser.add_argument("--cell-timeout", type=float, default=600)
-    parser.add_argument("--status", required=True)
+    parser.add_argument("--status", default=None, help="write the outcome to this file (a plain run)")
+    parser.add_argument("--report-fd", type=int, default=None, help="send outcome and notebook on this pipe")
     parser.add_argument("--kernel", default="python3")
     args = parser.parse_args(argv)
+    if (args.status is None) == (args.report_fd is None):
+        parser.error("give one of --status FILE or --report-fd N")
+    channel = _Channel(args.report_fd) if args.report_fd is not None else None
 
     import os
     import shutil
@@ -40,14 +52,25 @@ def main(argv: list[str] | None = None) -> int:
     from papermill.exceptions import PapermillExecutionError
 
     def report(outcome: str, detail: str = "") -> None:
+        data = json.dumps({"outcome": outcome, "detail": detail[-2000:]})
+        if channel is not None:
+            channel.send(b"S", data.encode())
+            return
         with open(args.status, "w") as f:
-            json.dump({"outcome": outcome, "detail": detail[-2000:]}, f)
+            f.write(data)
+
+    output = args.output
+    if channel is not None:  # papermill saves the notebook through this handler, never to a file
+        from papermill.iorw import papermill_io
+
+        papermill_io.register(REPORT_SCHEME, _NotebookToChannel(channel))
+        output = REPORT_SCHEME + "executed.ipynb"
 
     report("started")
     try:
         pm.execute_notebook(
             args.input,
-            args.output,
+            output,
             kernel_name=args.kernel,
             cwd=args.cwd,
             execution_timeout=args.cell_timeout,
@@ -71,6 +94,55 @@ def main(argv: list[str] | None = None) -> int:
         else:
             report("failed", text)
     return 0
+
+
+REPORT_SCHEME = "lab-report://"
+FRAME_HEADER = 9  # one byte of kind (b"S": status, b"N": notebook), eight of length, big-endian
+
+
+class _Channel:
+    """The write end of the grader's report pipe, held by this process alone."""
+
+    def __init__(self, fd: int):
+        import ctypes
+        import os
+
+        os.set_inheritable(fd, False)  # the kernel and servers this run starts never get it
+        try:  # PR_SET_DUMPABLE = 4: /proc/<pid>/fd and ptrace closed to processes of our own uid
+            ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+        self.fd = fd
+
+    def send(self, kind: bytes, payload: bytes) -> None:
+        import os
+
+        data = kind + len(payload).to_bytes(8, "big") + payload
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self.fd, view) :]
+            except BrokenPipeError:
+                return  # the grader stopped reading: it has what it needs
+
+
+class _NotebookToChannel:
+    """A papermill I/O handler: every save of the executed notebook becomes one frame."""
+
+    def __init__(self, channel: _Channel):
+        self.channel = channel
+
+    def read(self, path):
+        raise OSError(f"{path} is write-only")
+
+    def listdir(self, path):
+        raise OSError(f"{path} is write-only")
+
+    def write(self, buf, path):
+        self.channel.send(b"N", buf.encode("utf-8") if isinstance(buf, str) else bytes(buf))
+
+    def pretty_path(self, path):
+        return path
 
 
 if __name__ == "__main__":
