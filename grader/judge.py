@@ -174,13 +174,13 @@ def _exception_kind(text: str) -> str:
     return "".join(ch for ch in kind if ch.isalnum() or ch in "._")[:60] or "an exception"
 
 
-JUDGE_BASE_S = 60.0  # the judge's budget for one submission: this, plus
-JUDGE_S_PER_QUESTION = 40.0  # this for each of the lab's questions (README: "Limits")
+JUDGE_S_PER_QUESTION = 40.0  # the judge's budget for one submission, per question (README: "Limits")
 
 
 def judge_budget(questions: int, per_question: float = JUDGE_S_PER_QUESTION) -> float:
-    """Seconds the judge may spend on one submission of a lab with `questions` questions."""
-    return JUDGE_BASE_S + per_question * questions
+    """Seconds the judge may spend on one submission of a lab with `questions` questions: the
+    per-question allowance for each, and one and a half more for starting up."""
+    return per_question * (questions + 1.5)
 
 
 def judge_lab(lab: str, ctx: Context) -> list[Result]:

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -28,13 +29,15 @@ from grader.sandbox import (
     STOP,
     Sandbox,
     Stopped,
+    allow_list,
+    course_roots,
     guarded,
     lease_uid,
     privileged,
     release_uid,
     sandbox_problem,
 )
-from grader.untrusted import Refused, csv_cell, markdown_text, plain, read_bytes
+from grader.untrusted import MAX_NOTEBOOK_BYTES, Refused, csv_cell, markdown_text, plain, read_bytes
 
 REPO = Path(__file__).resolve().parent.parent
 needs_sandbox = pytest.mark.skipif(bool(sandbox_problem()), reason=sandbox_problem() or "no sandbox")
@@ -84,32 +87,31 @@ def test_a_fifo_a_sparse_file_and_a_link_are_refused_without_waiting(tmp_path):
     assert read_bytes(secret, 100) == b"instructor only"
 
 
-@pytest.mark.parametrize("kind", ["fifo", "sparse", "link", "ansi"])
-def test_a_hostile_status_file_gives_a_failed_row_never_a_hang_or_grader_error(tmp_path, kind):
-    status = tmp_path / "status.json"
-    if kind == "fifo":
-        _fifo(status)
-    elif kind == "sparse":
-        _sparse(status)
-    elif kind == "link":
-        status.symlink_to(tmp_path / "real.json")
-        (tmp_path / "real.json").write_text(json.dumps({"outcome": "ok"}))
-    else:
-        forged = "\x1b[2K\x1b[1A\r[9/9] 19/19 — ok\x07\x1b]0;title\x07<script>x</script>"
-        status.write_text(json.dumps({"outcome": "weird", "detail": forged}))
-    text = _within(5, _run_status, 0, None, status, 60, 1000)
+@pytest.mark.parametrize("kind", ["none", "huge", "garbage", "ansi"])
+def test_a_hostile_status_report_gives_a_failed_row_never_a_grader_error(kind):
+    """What the run's driver sends is data: missing, oversized, not JSON or full of control codes,
+    it gives a plain 'failed' row."""
+    forged = "\x1b[2K\x1b[1A\r[9/9] 19/19 — ok\x07\x1b]0;title\x07<script>x</script>"
+    report = {
+        "none": None,
+        "huge": json.dumps({"outcome": "ok", "detail": "x" * 10**7}).encode(),
+        "garbage": b"\xff\xfe{not json",
+        "ansi": json.dumps({"outcome": "weird", "detail": forged}).encode(),
+    }[kind]
+    text = _within(5, _run_status, 0, None, report, 60, 1000)
     assert text.startswith("failed"), text
     assert "\x1b" not in text and "\r" not in text and "\x07" not in text
-    if kind in ("fifo", "sparse", "link"):
-        assert "refused" in text, text
+    if kind == "none":
+        assert "without a report" in text, text
 
 
-def test_a_kept_executed_notebook_that_is_a_fifo_or_huge_is_skipped(tmp_path):
+def test_a_kept_executed_notebook_that_is_huge_or_broken_is_skipped(tmp_path):
     g = Grader(tmp_path / "out", seed=1, sandboxed=False, key="00" * 32)
     try:
         job = Job("ana", "07", tmp_path / "07_triton.ipynb")
-        _within(5, g._keep_executed, job, _fifo(tmp_path / "fifo.ipynb"))
-        _within(5, g._keep_executed, job, _sparse(tmp_path / "sparse.ipynb"))
+        _within(5, g._keep_executed, job, b"{" * (MAX_NOTEBOOK_BYTES + 1))
+        _within(5, g._keep_executed, job, b"\xff not a notebook")
+        _within(5, g._keep_executed, job, None)
         assert not (tmp_path / "out" / "executed").exists()
     finally:
         g.close()
@@ -421,7 +423,10 @@ def _inside(code: str, box: Sandbox | None = None, timeout: float = 60) -> subpr
 @needs_sandbox
 @needs_root
 def test_a_root_only_file_is_unreadable_inside(tmp_path):
-    secret = Path("/var/tmp") / f"lab-grader-secret-{os.getpid()}"
+    # inside a folder on the allow list (the course cache): file permissions still hold there
+    cache = Path(course_roots()["course cache"])
+    cache.mkdir(parents=True, exist_ok=True)
+    secret = cache / f"lab-grader-secret-{os.getpid()}"
     secret.write_text("root only")
     secret.chmod(0o600)
     try:
@@ -435,6 +440,77 @@ def test_a_root_only_file_is_unreadable_inside(tmp_path):
     assert "DENIED 13" in out.stdout and "READ" not in out.stdout, out.stdout + out.stderr
     uid = int(out.stdout.split("UID")[1].split()[0])
     assert uid not in (0, 65534) and uid >= 640_000, out.stdout
+
+
+# virtual file systems a mount table lists by what they are, never by a host path
+_VIRTUAL_FS = {"tmpfs", "proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "mqueue", "bpf"}
+
+
+@needs_sandbox
+def test_every_file_readable_inside_is_on_the_allow_list(tmp_path):
+    """Issue 47 item 1: walk the whole sandbox as the run's uid; every readable file lies under an
+    allowed folder, world-readable canaries outside the list (another project, the repository's own
+    solutions/ and tests/) do not exist inside, and the mount table names only the bind points."""
+    canaries = [Path("/var/tmp") / f"lab-canary-{os.getpid()}", REPO / "out" / f"lab-canary-{os.getpid()}"]
+    for folder in canaries:
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o755)
+        (folder / "canary.txt").write_text("visible?")
+        (folder / "canary.txt").chmod(0o644)
+    box = Sandbox()
+    allowed = allow_list(box.course_folder())
+    inner = {"/proc", "/sys", "/dev", "/tmp"}  # the run's own (or kernel) views
+    code = f"""
+import json, os
+allowed, inner = {allowed!r}, {sorted(inner)!r}
+def ok(p):
+    return any(p == a or p.startswith(a.rstrip('/') + '/') for a in allowed + inner)
+outside, files = [], 0
+for top, dirs, names in os.walk('/'):
+    dirs[:] = [d for d in dirs if os.path.join(top, d) not in inner]
+    for n in names:
+        p = os.path.join(top, n)
+        if os.access(p, os.R_OK):
+            files += 1
+            if not ok(p) and not ok(os.path.realpath(p)):
+                outside.append(p)
+canaries = {[str(c / "canary.txt") for c in canaries]!r} + {[str(REPO / d) for d in ("solutions", "tests", "grader", ".git")]!r}
+mounts = [line.split() for line in open('/proc/self/mountinfo')]
+print(json.dumps({{"files": files, "outside": outside[:20],
+                  "seen": [c for c in canaries if os.path.exists(c)],
+                  "mounts": [(m[3], m[4], m[m.index('-') + 1]) for m in mounts],
+                  "course": os.environ.get("LAB_REPO_ROOT")}}))
+"""
+    try:
+        out = _inside(code, box, timeout=300)
+    finally:
+        for folder in canaries:
+            shutil.rmtree(folder, ignore_errors=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["files"] > 1000, seen["files"]  # the walk did run (Python and the course are there)
+    assert seen["outside"] == [], seen["outside"]
+    assert seen["seen"] == [], seen["seen"]
+    assert seen["course"] == box.course_folder() and not (Path(seen["course"]) / "solutions").exists()
+    for root, point, fs in seen["mounts"]:
+        if fs in _VIRTUAL_FS:
+            continue
+        # a bind's source is the bind point itself, or a file of a bound system folder (/etc/localtime)
+        assert root == point or any(root == a or root.startswith(a + "/") for a in allowed), (root, point)
+
+
+@needs_sandbox
+def test_the_published_solution_is_out_of_reach_at_run_time(tmp_path):
+    """The attack of issue 47: find the course root from LAB_REPO_ROOT or two folders above
+    lab_utils, and read solutions/ there."""
+    out = _inside(
+        "import os, pathlib, lab_utils\n"
+        "roots = {os.environ.get('LAB_REPO_ROOT', ''), str(pathlib.Path(lab_utils.__file__).resolve().parent.parent)}\n"
+        f"roots.add({str(REPO)!r})\n"
+        "print('FOUND', sorted(str(p) for r in roots if r for p in pathlib.Path(r).glob('solutions/*.ipynb')))\n"
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "FOUND []" in out.stdout, out.stdout
 
 
 @needs_sandbox
@@ -557,3 +633,65 @@ def test_two_workers_writing_the_same_prints_at_once_both_get_the_file():
     for t in threads:
         t.join(30)
     assert not errors, errors
+
+
+@needs_sandbox
+def test_a_run_writing_to_every_descriptor_it_holds_grows_no_host_file(tmp_path):
+    """Issue 47 item 3: inside the sandbox a run writes 48 MB to each descriptor it holds; its
+    output reaches the host through a pipe the grader reads into the log up to a cap."""
+    from grader.sandbox import LOG_CAP_BYTES, run_limited
+
+    code = (
+        "import os\n"
+        "held = sorted(int(f) for f in os.listdir('/proc/self/fd'))\n"
+        "print('HELD', held, flush=True)\n"
+        "for fd in held:\n"
+        "    for _ in range(48):\n"
+        "        try:\n"
+        "            os.write(fd, b'z' * 2**20)\n"
+        "        except OSError:\n"
+        "            break\n"
+    )
+    log = tmp_path / "run.log"
+    code_, killed = run_limited(
+        [sys.executable, "-c", code],
+        timeout=120,
+        memory_mb=0,
+        env={"PATH": "/usr/bin:/bin", "HOME": "/tmp/work"},
+        cwd=tmp_path,
+        log=log,
+        sandbox=Sandbox(),
+    )
+    assert killed is None and code_ == 0, log.read_bytes()[-500:]
+    text = log.read_bytes()
+    assert b"HELD [0, 1, 2" in text, text[:200]
+    assert log.stat().st_size <= LOG_CAP_BYTES + 4096, log.stat().st_size
+    assert all(p.stat().st_size <= LOG_CAP_BYTES + 4096 for p in tmp_path.rglob("*") if p.is_file())
+
+
+@needs_sandbox
+def test_answers_that_sleep_cannot_hold_the_judge_past_its_budget(tmp_path):
+    """Issue 47 item 5: one judge budget per submission, scaled by the lab's question count; past it,
+    the questions not yet judged score 0 with a status that says so."""
+    from grader.judge import judge_budget
+    from grader.memorise import save_answers
+    from grader.registry import questions_for
+
+    def sleeper(*args, **kwargs):
+        time.sleep(600)
+
+    qs = questions_for("11")
+    names = sorted({n for q in qs for n in q.answers})
+    save_answers({n: sleeper for n in names}, tmp_path / "answers")
+    grader = Grader(tmp_path / "out", seed=3, copies="off", key="00" * 32, judge_s_per_question=2.0)
+    t0 = time.monotonic()
+    try:
+        results = grader.judge_saved("11", tmp_path / "answers")
+    finally:
+        grader.close()
+    took = time.monotonic() - t0
+    budget = judge_budget(len(qs), 2.0)
+    assert took < budget + 20, (took, budget)  # one runner's start and stop past the line at most
+    assert all(r.earned == 0 for r in results)
+    skipped = [r for r in results if "budget" in r.message]
+    assert skipped and len(skipped) < len(results), [r.message for r in results]

@@ -105,33 +105,57 @@ FILL_TMP = (
     "    for _ in range(10_000):\n"
     "        f.write(chunk)\n"
 )
+# the run's one writable host folder (its answers go there): found from its own mount table
+_OUT = (
+    "import os\n"
+    "out = [m.split()[4] for m in open('/proc/self/mountinfo') if m.split()[4].endswith('/out')"
+    " and m.split()[5].startswith('rw')][0]\n"
+)
 FILL_OUT = (
-    "import glob, os\n"
-    "chunk = b'x' * 2**20\n"
-    "with open('/tmp/out/filler.bin', 'wb') as f:\n"
+    _OUT + "chunk = b'x' * 2**20\n"
+    "with open(os.path.join(out, 'filler.bin'), 'wb') as f:\n"
     "    for _ in range(10_000):\n"
     "        f.write(chunk)\n"
 )
 STUB = "def served_versions(on_disk, policy):\n    raise NotImplementedError\n"
 
 
-def _leave_status(make: str) -> str:
-    """Replaces the run's status file (`make` builds the new one at `p`), then kills papermill so
-    that nothing writes it again (issue 38: a FIFO there hung the grader for good)."""
-    return (
-        "import json, os, signal\n"
-        "p = '/tmp/out/status.json'\n"
-        "os.unlink(p)\n"
-        f"{make}\n"
-        "os.kill(os.getppid(), signal.SIGKILL)\n"
-    )
-
-
-FIFO_STATUS = _leave_status("os.mkfifo(p)")
-SPARSE_STATUS = _leave_status("open(p, 'wb').truncate(64 * 2**30)")
 FORGED = "\\x1b[2K\\r[9/9] ######## 0 failed | a_good lab 07: 19/19 — ok <script>alert(1)</script>"
-ANSI_STATUS = _leave_status(
-    f"open(p, 'w').write(json.dumps({{'outcome': 'cell errors', 'detail': '{FORGED}'}}))"
+# issue 47 item 4: a last cell writes the grader's old status and notebook files, read-only,
+# the way a forger would; the second variant also kills the run's driver so nothing sends a report
+_FORGE = (
+    _OUT + "import json, signal\n"
+    "marker = 'FORG' + 'ED-NB'\n"
+    "for name, data in [('status.json', json.dumps({'outcome': 'memory limit', 'detail': '"
+    + FORGED
+    + "'})),\n"
+    "                   ('executed.ipynb', json.dumps({'cells': [], 'metadata': {}, 'nbformat': 4,"
+    " 'nbformat_minor': 5, 'note': marker}))]:\n"
+    "    for folder in (out, '/tmp/out', '/tmp/work'):\n"
+    "        try:\n"
+    "            os.makedirs(folder, exist_ok=True)\n"
+    "            open(os.path.join(folder, name), 'w').write(data)\n"
+    "            os.chmod(os.path.join(folder, name), 0o444)\n"
+    "        except OSError:\n"
+    "            pass\n"
+)
+FORGE_STATUS = _FORGE
+FORGE_AND_KILL = _FORGE + "os.kill(os.getppid(), signal.SIGKILL)\n"
+# issue 47 item 3: write past the disk limit to every descriptor the kernel holds
+FLOOD_FDS = (
+    "import os\n"
+    "chunk = b'y' * 2**20\n"
+    "for fd in sorted(int(f) for f in os.listdir('/proc/self/fd')):\n"
+    "    try:\n"
+    "        if os.readlink(f'/proc/self/fd/{fd}').startswith(('socket:', 'anon_inode:')):\n"
+    "            continue  # the kernel's own connection to papermill\n"
+    "    except OSError:\n"
+    "        continue\n"
+    "    for _ in range(48):\n"
+    "        try:\n"
+    "            os.write(fd, chunk)\n"
+    "        except OSError:\n"
+    "            break\n"
 )
 
 
@@ -148,9 +172,12 @@ def _class(subs: Path, seed_file: Path) -> dict[str, tuple[float, str | None]]:
         "g_fill_tmp": (notebook(FILL_TMP), (0, "cell errors")),
         "h_fill_out": (notebook(FILL_OUT), (0, "disk limit")),
         "i_good_after": (notebook(*GOOD), (5, "ok")),
-        "k_fifo_status": (notebook(*GOOD, FIFO_STATUS), (5, "failed")),
-        "l_sparse_status": (notebook(*GOOD, SPARSE_STATUS), (5, "failed")),
-        "m_forged_status": (notebook(*GOOD, ANSI_STATUS), (5, "cell errors")),
+        "k_flood_fds": (notebook(*GOOD, FLOOD_FDS), (5, None)),
+        "l_forge_and_kill": (
+            notebook(*GOOD, FORGE_AND_KILL),
+            (5, "failed: the run stopped without a report"),
+        ),
+        "m_forged_status": (notebook(*GOOD, FORGE_STATUS), (5, "ok")),
     }
     for name, (nb, _) in students.items():
         put(subs, name, nb)
@@ -220,19 +247,33 @@ def test_each_hostile_submission_scores_zero_and_the_good_ones_keep_full_marks(h
 
 
 @pytest.mark.slow
-def test_a_status_left_as_a_fifo_a_sparse_file_or_escapes_is_a_plain_row(hostile_class):
-    """The FIFO and the 64 GiB sparse file: a failed row that names the refused file (cached like
-    any other, see the rerun below), no hang and no grader error; the forged status reaches the
-    gradebook, the console and the feedback as plain text."""
+def test_a_forged_status_and_notebook_never_reach_the_gradebook(hostile_class):
+    """Issue 47 item 4: the status files a last cell wrote (read-only) are not the grader's word;
+    the row says what the run's driver reported, and the kept notebook is papermill's own. A run
+    whose driver was killed has no report, and says so. Nothing a learner wrote is rendered."""
     got = _rows(hostile_class["out"])
-    for student in ("k_fifo_status", "l_sparse_status"):
-        assert "refused" in got[student]["status"], got[student]
-    forged = got["m_forged_status"]["status"]
-    feedback = (hostile_class["out"] / "feedback" / "m_forged_status" / "07.md").read_text()
-    for text in (forged, hostile_class["log"], feedback):
-        assert "\x1b" not in text and "\r" not in text
-    assert "<script>" not in forged and "<script>" not in feedback
+    out = hostile_class["out"]
+    for student in ("m_forged_status", "l_forge_and_kill"):
+        status = got[student]["status"]
+        feedback = (out / "feedback" / student / "07.md").read_text()
+        assert "memory limit" not in status and "memory limit" not in feedback, (student, status)
+        for text in (status, hostile_class["log"], feedback):
+            assert "\x1b" not in text and "\r" not in text and "<script>" not in status
+    kept = (out / "executed" / "m_forged_status" / "07_triton.ipynb").read_text()
+    assert "FORGED-NB" not in kept and "served_versions" in kept
     assert not list(Path(hostile_class["scratch"]).glob("lab-grader-*")), "a scratch folder was left"
+
+
+@pytest.mark.slow
+def test_no_host_file_grows_past_the_limits_through_a_descriptor(hostile_class):
+    """Issue 47 item 3: the notebook wrote 48 MB to each descriptor it held (the disk limit is 32
+    MB); the output came through pipes, kept up to the log cap, and no file of the grader's grew."""
+    from grader.sandbox import LOG_CAP_BYTES
+
+    assert float(_rows(hostile_class["out"])["k_flood_fds"]["total"]) == 5
+    sizes = [p.stat().st_size for p in Path(hostile_class["out"]).rglob("*") if p.is_file()]
+    sizes += [p.stat().st_size for p in Path(hostile_class["scratch"]).rglob("*") if p.is_file()]
+    assert max(sizes) < max(32 * 2**20, LOG_CAP_BYTES + 2**20), max(sizes)
 
 
 @pytest.mark.slow
