@@ -87,10 +87,12 @@ def parse_timestamp(text: str) -> dt.datetime:
 
 
 def _late_text(when: dt.datetime, due: dt.datetime) -> str:
-    minutes = int((when - due).total_seconds() // 60)
-    days, rest = divmod(minutes, 24 * 60)
+    seconds = int((when - due).total_seconds())
+    days, rest = divmod(seconds // 60, 24 * 60)
     hours, mins = divmod(rest, 60)
     span = (f"{days} d " if days else "") + (f"{hours} h " if hours or days else "") + f"{mins} min"
+    if seconds < 60:
+        span = f"{seconds} s"
     return f"late: submitted {when:%Y-%m-%d %H:%M} UTC, {span} after the due date"
 
 
