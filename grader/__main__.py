@@ -1,4 +1,14 @@
-"""`python -m grader grade SUBMISSIONS --out OUT ...`: grade a class."""
+"""`python -m grader grade SUBMISSIONS --out OUT ...`: grade a class; collect it from nbgrader's
+exchange, return feedback there, export the grades for an LMS, and write the class report.
+
+    python -m grader grade SOURCE --out OUT [--due DATE] ...    SOURCE: one folder per student, or
+                                                                nbgrader's exchange / submitted/
+    python -m grader collect SOURCE --out OUT [--due DATE]      only copy nbgrader's layout (a dry run)
+    python -m grader return OUT --course-dir DIR [--exchange ROOT --course ID]
+    python -m grader export OUT --format canvas|moodle|csv|report [--to FILE]
+    python -m grader report OUT
+    python -m grader gradescope-bundle DEST.zip --lab NN
+"""
 
 from __future__ import annotations
 
@@ -7,6 +17,9 @@ import sys
 from pathlib import Path
 
 from lab_utils.grading import safe_ast
+
+from .exchange import is_nbgrader_layout
+from .untrusted import plain
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,10 +109,18 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="set a notebook parameter for every run, e.g. -p LIGHT True",
     )
+    _exchange_options(g)
     q = sub.add_parser("questions", help="list the graded questions of a lab")
     q.add_argument("lab")
+    _class_commands(sub)
     args = parser.parse_args(argv)
 
+    if args.command in CLASS_COMMANDS:
+        try:
+            return CLASS_COMMANDS[args.command](args)
+        except (ValueError, OSError) as exc:
+            print(f"error: {plain(exc, 600)}", file=sys.stderr)
+            return 2
     if args.command == "questions":
         from .registry import questions_for
 
@@ -116,8 +137,13 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, SyntaxError):
             params[name] = value
     try:
-        grade_class(
-            args.submissions,
+        due = _due(args.due)
+        submissions, collected = args.submissions, []
+        if is_nbgrader_layout(args.submissions):
+            collected = _collect(args.submissions, args.out, due, not args.no_owner_check)
+            submissions = args.out / "collected"
+        outcomes = grade_class(
+            submissions,
             args.out,
             args.hidden_tests,
             workers=args.workers,
@@ -134,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             copies=args.copies,
             progress=lambda line: print(line, flush=True),
         )
+        _after_grading(args.out, outcomes, collected)
     except KeyboardInterrupt:
         print(
             "interrupted: every grade that finished is saved; run the same command to go on", file=sys.stderr
@@ -143,6 +170,180 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+# --- running a class: nbgrader's exchange, LMS exports, the report ------------------------------
+
+
+def _exchange_options(g: argparse.ArgumentParser) -> None:
+    g.add_argument(
+        "--due",
+        default=None,
+        metavar="DATE",
+        help="due date (ISO 8601, e.g. 2026-12-10T17:00+01:00; UTC without a zone): submissions "
+        "from nbgrader's exchange stamped later are marked late (graded all the same)",
+    )
+    g.add_argument(
+        "--no-owner-check",
+        action="store_true",
+        help="accept an inbound/ submission whose folder belongs to another unix user than the "
+        "student it names (by default it is refused)",
+    )
+
+
+def _due(text: str | None):
+    from .exchange import parse_timestamp
+
+    if text is None:
+        return None
+    try:
+        return parse_timestamp(text)
+    except ValueError as exc:
+        raise ValueError(f"--due {plain(text, 60)!r}: {exc}; write e.g. 2026-12-10T17:00+01:00") from None
+
+
+def _collect(source: Path, out: Path, due, check_owner: bool):
+    from .exchange import collect, write_manifest
+
+    out.mkdir(parents=True, exist_ok=True)
+    subs, warnings = collect(source, out / "collected", due, check_owner)
+    write_manifest(out, source, subs, due)
+    for w in warnings:
+        print(f"warning: {w}")
+    taken = sum(not s.status for s in subs)
+    print(f"collected {taken} of {len(subs)} submission(s) from {source} into {out / 'collected'}")
+    for s in subs:
+        if s.status or s.notes:
+            why = "; ".join([s.status, *s.notes] if s.status else s.notes)
+            print(plain(f"  {s.student}/{s.assignment}: {why}", 500))
+    return subs
+
+
+def _after_grading(out: Path, outcomes, collected) -> None:
+    """Rows for submissions the exchange gave but nothing could run, late notes, and the report."""
+    from .gradebook import atomic_write as _write
+    from .gradebook import summary_text, write_gradebook, write_histogram
+    from .report import write_report
+
+    if collected:
+        from .exchange import add_notes, refused_outcomes
+        from .registry import questions_for
+
+        add_notes(outcomes, collected)
+        extra = refused_outcomes(collected, lambda lab: {q.id: q.points for q in questions_for(lab)})
+        if extra:
+            outcomes = outcomes + extra
+            write_gradebook(out, outcomes)
+            _write(out / "summary.txt", summary_text(outcomes) + "\n")
+            write_histogram(out, outcomes)
+    print(f"report: {write_report(out, outcomes)}")
+
+
+def _cmd_collect(args) -> int:
+    _collect(args.source, args.out, _due(args.due), not args.no_owner_check)
+    return 0
+
+
+def _cmd_return(args) -> int:
+    from .exchange import write_feedback
+
+    if not args.course_dir.is_dir():
+        raise ValueError(f"--course-dir {args.course_dir} is not a folder (nbgrader's course directory)")
+    exchange = None
+    if args.exchange is not None:
+        if not args.course:
+            raise ValueError("--exchange needs --course (nbgrader's course id)")
+        exchange = args.exchange / args.course
+        if not exchange.is_dir():
+            raise ValueError(f"{exchange} is not a folder: no such course in the exchange")
+    written, skipped = write_feedback(args.out, args.course_dir, exchange)
+    for why in skipped:
+        print(f"no feedback: {why}")
+    where = f" and released to {exchange / 'feedback'}" if exchange else ""
+    print(f"{len(written)} feedback page(s) in {args.course_dir / 'feedback'}{where}")
+    if not exchange:
+        print("next: nbgrader release_feedback ASSIGNMENT --course ID (once per assignment)")
+    return 0
+
+
+def _cmd_export(args) -> int:
+    if args.format == "report":
+        from .instructor import signing_key
+        from .report import write_report
+
+        path = write_report(args.out, secret=signing_key(lambda line: None))
+        if args.to:
+            args.to.write_bytes(path.read_bytes())
+            path = args.to
+        print(f"report: {path}")
+        return 0
+    if args.format == "gradescope":
+        raise ValueError(
+            "a Gradescope autograder is built, not exported: python -m grader gradescope-bundle DEST.zip --lab NN"
+        )
+    from .lms import export
+
+    suffix = {"canvas": "canvas.csv", "moodle": "moodle.csv", "csv": "grades.csv"}[args.format]
+    print(f"{args.format}: {export(args.out, args.to or args.out / suffix, args.format)}")
+    return 0
+
+
+def _cmd_report(args) -> int:
+    args.format, args.to = "report", None
+    return _cmd_export(args)
+
+
+def _cmd_bundle(args) -> int:
+    from .gradescope import build_bundle
+
+    path = build_bundle(args.dest, args.lab)
+    print(f"Gradescope autograder for lab {args.lab}: {path} ({path.stat().st_size >> 10} KiB)")
+    return 0
+
+
+def _cmd_gradescope_run(args) -> int:
+    from .gradescope import run
+
+    print(f"results: {run(args.root, args.lab)}")
+    return 0
+
+
+CLASS_COMMANDS = {
+    "collect": _cmd_collect,
+    "return": _cmd_return,
+    "export": _cmd_export,
+    "report": _cmd_report,
+    "gradescope-bundle": _cmd_bundle,
+    "gradescope-run": _cmd_gradescope_run,
+}
+
+
+def _class_commands(sub) -> None:
+    c = sub.add_parser(
+        "collect", help="copy nbgrader's exchange or submitted/ into OUT/collected (no grading)"
+    )
+    c.add_argument(
+        "source", type=Path, help="<exchange>/<course>, its inbound/, a course folder or submitted/"
+    )
+    c.add_argument("--out", type=Path, required=True)
+    _exchange_options(c)
+    r = sub.add_parser("return", help="write feedback where nbgrader's release_feedback reads it")
+    r.add_argument("out", type=Path, help="the OUT of a grade run that collected from nbgrader")
+    r.add_argument("--course-dir", type=Path, required=True, help="nbgrader's course directory")
+    r.add_argument("--exchange", type=Path, default=None, help="also release it: the exchange root")
+    r.add_argument("--course", default=None, help="nbgrader course id (with --exchange)")
+    e = sub.add_parser("export", help="the gradebook as an LMS import file, or the report")
+    e.add_argument("out", type=Path, help="the OUT of a grade run")
+    e.add_argument("--format", required=True, choices=["canvas", "moodle", "csv", "report", "gradescope"])
+    e.add_argument("--to", type=Path, default=None, help="file to write (default OUT/<format>.csv)")
+    p = sub.add_parser("report", help="write OUT/report.html again from OUT")
+    p.add_argument("out", type=Path)
+    b = sub.add_parser("gradescope-bundle", help="a Gradescope autograder zip for one lab")
+    b.add_argument("dest", type=Path)
+    b.add_argument("--lab", required=True)
+    gr = sub.add_parser("gradescope-run", help="inside Gradescope: grade /autograder/submission")
+    gr.add_argument("--root", type=Path, default=Path("/autograder"))
+    gr.add_argument("--lab", required=True)
 
 
 if __name__ == "__main__":

@@ -293,19 +293,21 @@ def _collect_one(sub: Submission, dest: Path, due: dt.datetime | None) -> None:
     sub.secret, why = _read_small(folder, "submission_secret.txt")
     if why:
         sub.notes.append(f"{why}: nbgrader cannot return this feedback")
+    notebooks = sorted(p.name for p in folder.iterdir() if p.name.endswith(".ipynb"))  # names only
+    own = [n for n in notebooks if n[:2] == sub.lab and not n[2:3].isdigit()] or notebooks
+    if len(own) == 1:  # its feedback's name, even when the submission is refused below
+        sub.notebook = own[0][: -len(".ipynb")]
     if problem := _check_tree(folder):
         sub.status = Status.REFUSED.text(problem)
         return
-    notebooks = sorted(p.name for p in folder.iterdir() if p.name.endswith(".ipynb"))
     if not notebooks:
         sub.status = Status.NOT_A_NOTEBOOK.text("no .ipynb file in the submission")
         return
-    own = [n for n in notebooks if n[:2] == sub.lab and not n[2:3].isdigit()] or notebooks
     if len(own) > 1:
-        sub.status = Status.DUPLICATE.text(f"{len(own)} notebooks ({', '.join(own)}); submit one")
+        names = ", ".join(plain(n, 80) for n in own)
+        sub.status = Status.DUPLICATE.text(f"{len(own)} notebooks ({names}); submit one")
         return
     name = own[0]
-    sub.notebook = name[: -len(".ipynb")]
     sub.collected = name if name.startswith(sub.lab + "_") else f"{sub.lab}_{name}"
     others = {n for n in notebooks if n != name} | {"timestamp.txt", "submission_secret.txt"}
     _copy_tree(folder, dest / sub.student, others, {name: sub.collected})
@@ -468,6 +470,20 @@ def _feedback_markdown(out: Path, sub: Submission) -> str:
         return f"# Lab {sub.lab} — {sub.student}\n\nThe notebook could not be graded: {status}.\n"
 
 
+def _give_to_owner(course_dir: Path, folder: Path, names: list[str]) -> None:
+    """As root, hand what was written to the course folder's owner (the instructor who runs
+    release_feedback); the files stay closed to everyone else."""
+    st = course_dir.stat()
+    if os.getuid() != 0 or st.st_uid == 0:
+        return
+    here = folder
+    while here != course_dir:
+        os.chown(here, st.st_uid, st.st_gid)
+        here = here.parent
+    for name in names:
+        os.chown(folder / name, st.st_uid, st.st_gid)
+
+
 def write_feedback(
     out: Path,
     course_dir: Path,
@@ -504,6 +520,9 @@ def write_feedback(
         atomic_write(folder / f"{sub.notebook}.html", page)
         atomic_write(folder / "timestamp.txt", sub.timestamp)
         atomic_write(folder / "submission_secret.txt", sub.secret)
+        # release_feedback copies the page with its mode: learners read it from the exchange
+        os.chmod(folder / f"{sub.notebook}.html", 0o644)
+        _give_to_owner(course_dir, folder, [f"{sub.notebook}.html", "timestamp.txt", "submission_secret.txt"])
         written.append(folder / f"{sub.notebook}.html")
         if exchange_course is not None:
             released_dir = exchange_course / "feedback"

@@ -179,3 +179,32 @@ def test_feedback_html_escapes_everything_a_learner_chose():
     page = feedback_html("# Lab 00 — <img src=x onerror=alert(1)>\n\n- a \\[link\\](javascript:x)\n", "t<")
     assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
     assert "<title>t&lt;</title>" in page and "default-src 'none'" in page
+
+
+@pytest.mark.slow  # about 15 s: grade_class starts for real (the notebooks are empty: nothing runs)
+def test_grade_collects_from_the_exchange_and_return_feeds_nbgrader(tmp_path, capsys):
+    from grader.__main__ import main
+
+    inbound = tmp_path / "exchange" / "llm101" / "inbound"
+    _submit(inbound / "ana+00_setup+2026-12-05 09:00:00.000000 UTC+aaaaaaaaaaaa")
+    _submit(
+        inbound / "ben+00_setup+2026-12-05 11:00:00.000000 UTC+bbbbbbbbbbbb", stamp="2026-12-05 11:00:00 UTC"
+    )
+    bad = _submit(inbound / "eve+00_setup+2026-12-05 09:30:00.000000 UTC+cccccccccccc")
+    (bad / "00_setup.ipynb").unlink()
+    (bad / "00_setup.ipynb").symlink_to("/etc/shadow")
+    out, course = tmp_path / "out", tmp_path / "course"
+    course.mkdir()
+    argv = ["grade", str(tmp_path / "exchange" / "llm101"), "--out", str(out), "--due", "2026-12-05T10:00Z"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "collected 2 of 3 submission(s)" in printed and "report:" in printed
+    rows = {line.split(",")[0]: line for line in (out / "gradebook.csv").read_text().splitlines()[2:]}
+    assert sorted(rows) == ["ana", "ben", "eve"]
+    assert "empty notebook" in rows["ana"] and "refused: 00_setup.ipynb is a symbolic link" in rows["eve"]
+    page = (out / "report.html").read_text()
+    assert "late: submitted 2026-12-05 11:00 UTC, 1 h 0 min after the due date" in page
+    assert main(["return", str(out), "--course-dir", str(course)]) == 0
+    assert (course / "feedback" / "ben" / "00_setup" / "00_setup.html").exists()
+    assert (course / "feedback" / "eve" / "00_setup" / "00_setup.html").exists()  # why it was refused
+    assert "refused" in (course / "feedback" / "eve" / "00_setup" / "00_setup.html").read_text()
