@@ -1,8 +1,11 @@
 """The set-up steps every lab needs in CPU mode, checked from a notebook and run from it if missing.
 
-`make setup` (and so `make lab`) runs all of them. A lab's setup cell calls `report_setup()`:
-each step prints "ready", and a missing one (a partial set-up) is offered as a button that runs it
-in the notebook with its progress shown, instead of sending the learner to a terminal.
+`make setup` runs all of them. `make lab` runs the course model's step, opens JupyterLab and leaves
+the others to a builder in the background (`lab_utils.background`). A lab's setup cell calls
+`report_setup()`: each step prints "ready"; one the builder has not finished yet is shown with its
+progress and the time left, and the cell waits for the steps the lab needs; a missing one (a
+partial set-up, nothing building it) is offered as a button that runs it in the notebook with its
+progress shown, instead of sending the learner to a terminal.
 
     python -m lab_utils.setup                  # report, exit 1 if anything is missing
     python -m lab_utils.setup --run            # run what is missing, with progress
@@ -138,23 +141,104 @@ def run_step(name: str, progress: Callable[[str], None] = print) -> bool:
     return ok
 
 
-def report_setup(needs: tuple[str, ...] | list[str] = tuple(STEPS), run_missing: bool = False) -> bool:
-    """Print each step's state; offer (or, with run_missing, run) the missing ones. True when all ready."""
+def current_lab() -> str | None:
+    """The two-digit number of the notebook this kernel serves, when JupyterLab says (JPY_SESSION_NAME)."""
+    name = Path(os.environ.get("JPY_SESSION_NAME", "")).name
+    return name[:2] if len(name) > 2 and name[:2].isdigit() and name[2] == "_" else None
+
+
+def lab_needs(lab: str | None) -> list[str]:
+    """The background steps lab `lab` waits for (lab_utils.background.LABS_NEEDING); none when unknown."""
+    from .background import LABS_NEEDING
+
+    return [name for name, labs in LABS_NEEDING.items() if lab is not None and lab in labs]
+
+
+def report_setup(
+    needs: tuple[str, ...] | list[str] | None = None, run_missing: bool = False, wait_s: float = 1800.0
+) -> bool:
+    """Print each step's state; wait for what the background set-up is still building that this lab
+    needs; offer (or, with run_missing, run) what is missing. True when every step named is ready.
+
+    `needs` None means every step: then the lab waits only for the steps it is known to need
+    (lab_utils.background.LABS_NEEDING, the notebook named by JupyterLab) and reports the others.
+    """
+    from . import background
+
+    explicit = needs is not None
+    needs = list(STEPS) if needs is None else list(needs)
     missing = missing_steps(needs)
     if not needs:
         print("set-up: this lab needs no set-up step (no model, no server)")
+    state = background.status() if missing or not explicit else None
+    building = {j["name"] for j in state["jobs"] if j["status"] in ("queued", "running")} if state else set()
     for name in needs:
-        print(f"{'ready  ' if name not in missing else 'MISSING'}  {name}: {STEPS[name].what}")
+        if name not in missing:
+            print(f"ready    {name}: {STEPS[name].what}")
+        elif name in building:
+            print(f"LATER    {name}: {STEPS[name].what}: {background.describe(state, name)}")
+        else:
+            print(f"MISSING  {name}: {STEPS[name].what}")
+    wanted = needs if explicit else lab_needs(current_lab())
+    tools = [t for t in wanted if t not in STEPS and t in building]  # system tools (Prometheus) the lab uses
+    for name in tools:
+        print(f"LATER    {name}: {background.describe(state, name)}")
+    waiting_for = [n for n in wanted if n in building and (n in missing or n in tools)]
+    if waiting_for:
+        _wait_for_background(waiting_for, wait_s)
+        missing = missing_steps(needs)
+    elif building & set(missing):
+        print(
+            "The background set-up started by `make lab` is still building the steps marked LATER; "
+            "this lab does not wait for them here. Rerun this cell to see where it is "
+            f"(log: {background.log_path()})."
+        )
     if not missing:
         return True
+    state = background.status()
+    building = {j["name"] for j in state["jobs"] if j["status"] in ("queued", "running")} if state else set()
+    offer = [n for n in missing if n not in building]
     if run_missing:
-        return all(run_step(name) for name in missing)
-    print(
-        "Some set-up is missing (a partial `make setup`?). Run it from here with the button below, "
-        "or `make setup` in a terminal."
-    )
-    _offer_buttons(missing)
+        return all(run_step(name) for name in offer) and not missing_steps(needs)
+    if offer:
+        print(
+            "Some set-up is missing (a partial `make setup`?). Run it from here with the button below, "
+            "or `make setup` in a terminal."
+        )
+        _offer_buttons(offer)
     return False
+
+
+def _wait_for_background(names: list[str], wait_s: float, every_s: float = 10.0) -> None:
+    """Wait until the background builder has finished `names`, printing progress every `every_s`."""
+    from . import background
+
+    t0 = last = time.monotonic()
+    print(f"this lab needs {', '.join(names)}: waiting for the background set-up", flush=True)
+    while time.monotonic() - t0 < wait_s:
+        state = background.status()
+        left = [
+            j
+            for j in (state or {}).get("jobs", [])
+            if j["name"] in names and j["status"] in ("queued", "running")
+        ]
+        if not state or not state["alive"] or not left:
+            break
+        time.sleep(1.0)
+        if time.monotonic() - last >= every_s:
+            last = time.monotonic()
+            job = left[0]["name"]
+            print(
+                f"{job}: not ready yet after {last - t0:.0f} s; {background.describe(state, job)} "
+                f"| {background.last_log_line()[:100]}",
+                flush=True,
+            )
+    state = background.status() or {"jobs": []}
+    for job in state["jobs"]:
+        if job["name"] in names:
+            print(
+                f"{job['name']}: {job['status']} after {time.monotonic() - t0:.0f} s of waiting", flush=True
+            )
 
 
 # ---------------------------------------------------------------------------- stale leftovers
