@@ -33,9 +33,11 @@ from pathlib import Path
 
 from .runtime import repo_root
 
-# Typical seconds of each target on 2 cores (Intel Xeon, `make setup` of 2026-12-05), for the
-# "about N s left" a lab shows before a step has said how far it is.
-TYPICAL_S = {"draft": 300, "triton-env": 120, "adapters": 150, "prometheus": 40, "moe": 30, "sandbox": 15}
+# Typical seconds of each target, for the "about N s left" a lab shows before a step has said how far
+# it is: a fresh-clone `make setup` on an AMD EPYC, 2 shared cores, 2026-12-05 (draft 281 s, adapters
+# 166 s, triton-env 49 s, moe 13 s plus make's start); prometheus and bubblewrap were already
+# installed there, so theirs are allowances for an apt install, not measurements.
+TYPICAL_S = {"draft": 280, "triton-env": 50, "adapters": 170, "prometheus": 40, "moe": 20, "sandbox": 15}
 # Targets that install system packages with apt: never interrupted (an interrupted dpkg needs repair).
 APT_TARGETS = {"prometheus": "prometheus", "sandbox": "bwrap"}
 # Which labs wait for which background target (a step of lab_utils.setup, or a system tool).
