@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{item.id:32s} {item.points:g} pts  answers: {', '.join(item.answers)}")
         return 0
 
-    from .grader import grade_class
+    from .classrun import grade_class
 
     params = {}
     for name, value in args.parameter:

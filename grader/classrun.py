@@ -20,6 +20,7 @@ from .gradebook import (
     write_histogram,
 )
 from .gradebook import safe_name as _safe
+from .grader import Grader
 from .instructor import grading_key, instructor_seed, seed_warning, signing_key
 from .registry import questions_for
 from .sandbox import (
@@ -55,8 +56,6 @@ def grade_class(
     `ray=True` (or a `ray_address`) runs each notebook as a Ray task; `workers` is then the number
     of CPUs of the local Ray cluster started for the run (ignored with an address).
     """
-    from .grader import Grader  # grader.py imports this module at its end
-
     if workers < 1:
         raise ValueError(f"--workers must be at least 1, got {workers}")
     STOP.clear()

@@ -15,7 +15,6 @@ from .gradebook import (
     Job,
 )
 from .registry import all_questions
-from .runner import MAX_FOLDER_BYTES  # the whole folder (also the cap on what a Ray task ships)
 from .sandbox import (
     Status,
 )
@@ -26,6 +25,8 @@ from .untrusted import (
 
 LAB_RE = re.compile(r"^(\d\d)[_\-\w .]*\.ipynb$")
 LAB_PREFIX_RE = re.compile(r"^(\d\d)[_\-. ]")
+
+MAX_FOLDER_BYTES = 200 * 2**20  # a student's whole folder (also the cap on what a Ray task ships)
 
 
 def _student_key(name: str) -> str:

@@ -52,7 +52,7 @@ from pathlib import Path
 from lab_utils.grading.registry import lab_limits, lab_scenario
 from lab_utils.grading.scoring import REFERENCE
 
-from .discovery import MAX_DEPTH, MAX_FILE_BYTES, content_problem, copy_submission, discover
+from .discovery import MAX_DEPTH, MAX_FILE_BYTES, copy_submission, discover
 from .fingerprint import file_digest, folder_digest, installed_packages, tree_digest
 from .gradebook import (
     Job,
@@ -63,8 +63,10 @@ from .gradebook import (
 )
 from .instructor import grading_key, hidden_key, instructor_dir, instructor_seed, job_seed, seed_warning
 from .judge import JUDGE_S_PER_QUESTION, Context, judge_budget, judge_lab
-from .originality import is_copy, pasted_references
+from .originality import pasted_references
+from .record import MAX_OUTPUT_CHARS, feedback, truncate_outputs
 from .registry import questions_for
+from .run import apply_parameters, run_status
 from .sandbox import (
     INSIDE_WORK,
     REPORT_FD,
@@ -80,12 +82,11 @@ from .sandbox import (
     sandbox_problem,
     share_course_files,
 )
+from .screen import read_notebook, screen
 from .untrusted import (
     MAX_NOTEBOOK_BYTES,
     MAX_STATUS_BYTES,
     copy_tree,
-    markdown_text,
-    plain,
     read_bytes,
 )
 
@@ -99,11 +100,11 @@ def _gpu_visible() -> bool:
 
 
 GRADER_VERSION = "4"
-MAX_OUTPUT_CHARS = 20_000  # per output, in the executed copy kept for the instructor
 
-__all__ = [  # the names callers import from here (the pieces live in discovery, instructor, classrun)
+__all__ = [  # the names callers import from here (the stages before it); a class: classrun.grade_class
     "MAX_DEPTH",
     "MAX_FILE_BYTES",
+    "MAX_OUTPUT_CHARS",
     "Grader",
     "Job",
     "Outcome",
@@ -111,7 +112,6 @@ __all__ = [  # the names callers import from here (the pieces live in discovery,
     "Status",
     "copy_submission",
     "discover",
-    "grade_class",
     "grading_key",
     "hidden_key",
     "instructor_dir",
@@ -121,9 +121,14 @@ __all__ = [  # the names callers import from here (the pieces live in discovery,
     "write_gradebook",
 ]
 
-# kept for callers of the old private names
+# kept for callers of the old private names (the code lives in the stage modules)
 _atomic_write = atomic_write
 _safe = safe_name
+_feedback = feedback
+_run_status = run_status
+_read_notebook = read_notebook
+_apply_parameters = apply_parameters
+_truncate_outputs = truncate_outputs
 
 
 def _venv_bin() -> str:
@@ -372,7 +377,8 @@ class Grader:
         return inside if self.sandboxed else str(host)
 
     def grade(self, job: Job) -> tuple[Outcome, str]:
-        """Grade one notebook; returns the outcome and the feedback text."""
+        """Grade one notebook through the stages: screen, run, judge, record. Returns the outcome
+        and the feedback text."""
         t0 = time.monotonic()
         qs = questions_for(job.lab)
         outcome = Outcome(job.student, job.lab, key=self.job_key(job))
@@ -381,104 +387,45 @@ class Grader:
             outcome.scores[q.id] = 0.0
         if job.problem:
             outcome.status = job.problem
-            return outcome, _feedback(job, outcome, [], [], job.problem)
+            return outcome, feedback(job, outcome, [], [], job.problem)
         self._check_stop()
         work = Path(tempfile.mkdtemp(prefix=f"{_safe(job.student)}-{job.lab}-", dir=self.scratch))
         uid = lease_uid()
         try:
-            nb, problem = _read_notebook(job.notebook)
-            if nb is None or (problem := content_problem(nb, job.lab)):
-                outcome.status = problem
-                return outcome, _feedback(job, outcome, [], [], problem)
+            # 1. screen: the file as data
+            screened = screen(job.notebook, job.lab, qs, self.copies)
+            outcome.flags += screened.flags
+            if screened.nb is None:
+                outcome.status = screened.problem
+                return outcome, feedback(job, outcome, [], [], screened.problem)
             if not qs:
                 outcome.status = Status.NO_QUESTIONS.text(f"lab {job.lab} has none")
-            if self.copies != "off":
-                copied, note = is_copy(nb, job.lab)
-                if copied and self.copies == "zero":
-                    outcome.status = Status.COPY.text(note)
-                    return outcome, _feedback(job, outcome, [], [], outcome.status)
-                if copied:
-                    outcome.flags.append(f"copy of the published solution ({note})")
-            pasted = pasted_references(nb, qs)
-            outcome.flags += pasted.flags
             job_in, job_out = work / "in", work / "out"
             job_out.mkdir(parents=True)
             if why := copy_submission(job.notebook.parent, job_in / "files", job.notebook.name):
                 outcome.status = Status.REFUSED.text(why)
-                return outcome, _feedback(job, outcome, [], [], outcome.status)
+                return outcome, feedback(job, outcome, [], [], outcome.status)
             (job_in / "files" / job.notebook.name).unlink(missing_ok=True)  # the instrumented copy runs
             answers_dir = job_out / "answers"
             answers_dir.mkdir()
             if self.sandboxed and privileged():  # the run's own uid writes there, and nowhere else
                 for folder in (job_out, answers_dir):
                     os.chown(folder, uid, uid)
-            from lab_utils.grading.probe import instrument
-
-            names = sorted({n for q in qs for n in q.answers} | self._hidden_names(job.lab))
             seed = job_seed(self.seed, job.student, job.lab, self.key)
-            _apply_parameters(nb, {**self.parameters, "SEED": seed})
-            # predictions are fixed where their check cell stands (names only predictions read)
-            others = {n for q in qs if not q.predict for n in q.answers}
-            predictions = {q.id: [n for n in q.answers if n not in others] for q in qs if q.predict}
-            unchecked = instrument(nb, names, str(answers_dir), predictions)
-            outcome.flags += [
-                f"{q}: the prediction's check cell was removed (fixed at its first value)" for q in unchecked
-            ]
-            import nbformat
-
-            nbformat.write(nb, str(job_in / "submitted.ipynb"))
-            home = self._inside(work / "home", f"{INSIDE_WORK}/home")
-            run = self._inside(work / "run", f"{INSIDE_WORK}/run")
-            if not self.sandboxed:
-                (work / "home").mkdir()
-            timeout, memory_mb = self.timeout_for(job.lab), self.memory_for(job.lab)
-            env = self._env(home, self._inside(work / "results.json", f"{INSIDE_WORK}/results.json"))
-            if self.figure_check:
-                env["LAB_FIGURE_CHECK"] = str(job_out / "figures.jsonl")
-            # the run's status and executed notebook come over a pipe only the run's driver holds
-            # (never a file the learner's uid could rewrite)
-            reports: dict = {}
-            code, killed = run_limited(
-                [
-                    self.python,
-                    "-m",
-                    "lab_utils.grading.execute",
-                    str(job_in / "submitted.ipynb"),
-                    "-",
-                    "--cwd",
-                    run,
-                    "--copy-from",
-                    str(job_in / "files"),
-                    "--cell-timeout",
-                    str(timeout),
-                    "--report-fd",
-                    REPORT_FD,
-                    "--kernel",
-                    self.kernel,
-                ],
-                timeout=timeout,
-                memory_mb=memory_mb,
-                env=env,
-                cwd=work,
-                log=work / "execute.log",
-                sandbox=self._sandbox(job_in, job_out, uid, job.lab),
-                watch_dir=job_out,
-                disk_mb=self.disk_mb,
-                reports=reports,
-            )
+            # 2. run: the notebook in the sandbox
+            status, reports = self._run(job, screened.nb, qs, seed, work, job_in, job_out, uid, outcome)
             if qs:
-                outcome.status = _run_status(
-                    code, killed, reports.get("status"), timeout, memory_mb, self.disk_mb
-                )
-            # the learner's code has finished running; from here it is only called, one question at a time
+                outcome.status = status
+            # 3. judge: the learner's code has finished running; from here it is only called
             self._check_stop()
             results = [
                 r.to_dict() for r in judge_lab(job.lab, self._context(job, work, answers_dir, seed, uid))
             ]
             for r in results:  # a reference pasted in under the answer's name scores zero
-                if r["id"] in pasted.zeroed:
-                    r.update(earned=0.0, status=REFERENCE, message=pasted.zeroed[r["id"]])
+                if r["id"] in screened.pasted.zeroed:
+                    r.update(earned=0.0, status=REFERENCE, message=screened.pasted.zeroed[r["id"]])
             hidden = self._hidden(job.lab, answers_dir, work, uid)
+            # 4. record
             for r in results:
                 outcome.scores[r["id"]] = float(r["earned"])
             for h in hidden:
@@ -495,11 +442,69 @@ class Grader:
                 shutil.rmtree(dest, ignore_errors=True)
                 copy_tree(answers_dir, dest)  # regular files only: a FIFO or link is left out
                 (dest / "_seed").write_text(str(seed))
-            return outcome, _feedback(job, outcome, results, hidden, "")
+            return outcome, feedback(job, outcome, results, hidden, "")
         finally:
             outcome.seconds = round(time.monotonic() - t0, 1)
             shutil.rmtree(work, ignore_errors=True)
             release_uid(uid)
+
+    def _run(self, job: Job, nb, qs, seed: int, work: Path, job_in: Path, job_out: Path, uid: int, outcome):
+        """Stage 2: instrument the notebook, run it in the sandbox; (status text, reports)."""
+        from lab_utils.grading.probe import instrument
+
+        answers_dir = job_out / "answers"
+        names = sorted({n for q in qs for n in q.answers} | self._hidden_names(job.lab))
+        apply_parameters(nb, {**self.parameters, "SEED": seed})
+        # predictions are fixed where their check cell stands (names only predictions read)
+        others = {n for q in qs if not q.predict for n in q.answers}
+        predictions = {q.id: [n for n in q.answers if n not in others] for q in qs if q.predict}
+        unchecked = instrument(nb, names, str(answers_dir), predictions)
+        outcome.flags += [
+            f"{q}: the prediction's check cell was removed (fixed at its first value)" for q in unchecked
+        ]
+        import nbformat
+
+        nbformat.write(nb, str(job_in / "submitted.ipynb"))
+        home = self._inside(work / "home", f"{INSIDE_WORK}/home")
+        run = self._inside(work / "run", f"{INSIDE_WORK}/run")
+        if not self.sandboxed:
+            (work / "home").mkdir()
+        timeout, memory_mb = self.timeout_for(job.lab), self.memory_for(job.lab)
+        env = self._env(home, self._inside(work / "results.json", f"{INSIDE_WORK}/results.json"))
+        if self.figure_check:
+            env["LAB_FIGURE_CHECK"] = str(job_out / "figures.jsonl")
+        # the run's status and executed notebook come over a pipe only the run's driver holds
+        # (never a file the learner's uid could rewrite)
+        reports: dict = {}
+        code, killed = run_limited(
+            [
+                self.python,
+                "-m",
+                "lab_utils.grading.execute",
+                str(job_in / "submitted.ipynb"),
+                "-",
+                "--cwd",
+                run,
+                "--copy-from",
+                str(job_in / "files"),
+                "--cell-timeout",
+                str(timeout),
+                "--report-fd",
+                REPORT_FD,
+                "--kernel",
+                self.kernel,
+            ],
+            timeout=timeout,
+            memory_mb=memory_mb,
+            env=env,
+            cwd=work,
+            log=work / "execute.log",
+            sandbox=self._sandbox(job_in, job_out, uid, job.lab),
+            watch_dir=job_out,
+            disk_mb=self.disk_mb,
+            reports=reports,
+        )
+        return run_status(code, killed, reports.get("status"), timeout, memory_mb, self.disk_mb), reports
 
     def _context(self, job: Job, work: Path, answers_dir: Path, seed: int, uid: int | None = None) -> Context:
         try:
@@ -635,140 +640,7 @@ class Grader:
             nb = nbformat.reads(executed.decode("utf-8"), as_version=4)
         except Exception:  # a kernel that broke its outputs: nothing worth keeping
             return
-        _truncate_outputs(nb)
+        truncate_outputs(nb)
         dest = self.out / "executed" / _safe(job.student) / job.notebook.name
         dest.parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(dest, nbformat.writes(nb))
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^\w.\-]", "_", name)
-
-
-def _read_notebook(path: Path):
-    import nbformat
-
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        return None, Status.UNREADABLE.text(f"cannot read the file ({exc.strerror or type(exc).__name__})")
-    except UnicodeDecodeError:
-        return None, Status.NOT_A_NOTEBOOK.text("not valid notebook JSON (the file is not UTF-8 text)")
-    if not raw.strip():
-        return None, Status.EMPTY.text("the file is empty")
-    try:
-        nb = nbformat.reads(raw, as_version=4)
-        nbformat.validate(nb)
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return None, Status.NOT_A_NOTEBOOK.text(f"not valid notebook JSON ({first[:200]})")
-    return nb, ""
-
-
-def _apply_parameters(nb, parameters: dict) -> None:
-    if not parameters:
-        return
-    import nbformat
-
-    lines = [f"{k} = {v!r}" for k, v in parameters.items()]
-    cell = nbformat.v4.new_code_cell("# parameters set by the grader\n" + "\n".join(lines))
-    cell.metadata["tags"] = ["injected-parameters"]
-    idx = next((i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])), -1)
-    nb.cells.insert(idx + 1, cell)
-
-
-def _run_status(
-    code, killed: Status | None, reported: bytes | None, timeout: float, memory_mb: int, disk_mb: int = 0
-) -> str:
-    """The status column of a run, from how it ended and what its driver reported on its pipe."""
-    if killed is Status.DISK_LIMIT:
-        return Status.DISK_LIMIT.text(
-            f"wrote more than {disk_mb} MB of output and was stopped; answers saved before then were graded"
-        )
-    if killed is Status.TIMEOUT:
-        return Status.TIMEOUT.text(f"stopped after {timeout:.0f} s; answers saved before then were graded")
-    if killed is Status.MEMORY_LIMIT:
-        return Status.MEMORY_LIMIT.text(
-            f"used more than {memory_mb} MB and was stopped; answers saved before then were graded"
-        )
-    try:  # sent by the run's driver: small JSON, read as data
-        if reported is None or len(reported) > MAX_STATUS_BYTES:
-            raise ValueError("no report")
-        info = json.loads(reported)
-        info = {
-            "outcome": str(info.get("outcome", "failed")),
-            "detail": plain(" ".join(str(info.get("detail", "")).split())),
-        }
-    except (ValueError, AttributeError, RecursionError, UnicodeDecodeError):
-        info = {"outcome": "started", "detail": ""}  # no report: the run stopped without one
-    outcome = info.get("outcome", "failed")
-    if code is not None and code < 0:
-        return Status.KILLED.text(f"by signal {-code}")
-    if outcome == "ok":
-        return Status.OK.text()
-    if outcome == "cell errors":
-        detail = info.get("detail", "")
-        if "MemoryError" in detail:
-            return Status.MEMORY_LIMIT.text("a cell raised MemoryError")
-        return Status.CELL_ERRORS.text(detail[:160])
-    if outcome == "memory limit":
-        return Status.MEMORY_LIMIT.text(info.get("detail", "")[:160])
-    if outcome == "kernel died":
-        return Status.KERNEL_DIED.text("the notebook's kernel stopped; answers saved before then were graded")
-    if outcome == "cell timeout":
-        return Status.TIMEOUT.text("a cell ran past the limit")
-    if outcome == "started":
-        return Status.FAILED.text("the run stopped without a report")
-    return Status.FAILED.text(info.get("detail", "")[:160])
-
-
-def _truncate_outputs(nb) -> None:
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "stream" and len(out.get("text", "")) > MAX_OUTPUT_CHARS:
-                out["text"] = out["text"][:MAX_OUTPUT_CHARS] + "\n[... output truncated by the grader ...]\n"
-            data = out.get("data", {})
-            for mime, value in list(data.items()):
-                if isinstance(value, str) and len(value) > MAX_OUTPUT_CHARS * 10:
-                    data[mime] = value[:200] + " [... truncated by the grader ...]"
-
-
-def _feedback(job: Job, outcome: Outcome, results: list[dict], hidden: list[dict], problem: str) -> str:
-    """The learner's feedback (Markdown). Every string that a learner's code or file names could
-    have chosen is printed as plain text (markdown_text): no HTML, links, escapes or CRs."""
-    possible = sum(outcome.possible.values())
-    lines = [
-        f"# Lab {markdown_text(job.lab, 10)} — {markdown_text(job.student, 100)}",
-        "",
-        f"Score: **{outcome.total:g} / {possible:g}**",
-        "",
-        f"Run: {markdown_text(outcome.status, 400)}",
-        "",
-    ]
-    if problem:
-        lines += [
-            f"The notebook could not be graded: {markdown_text(problem, 400)}.",
-            "Submit the .ipynb file saved by JupyterLab (File > Save), not a renamed or edited copy.",
-            "",
-        ]
-    if results:
-        lines += ["| question | points | status | hint |", "|---|---|---|---|"]
-        for r in results:
-            hint = markdown_text(r.get("message") or "", 400)
-            status = markdown_text(r["status"], 60)
-            lines.append(f"| {r['id']} | {r['earned']:g}/{r['points']:g} | {status} | {hint} |")
-        lines.append("")
-    if hidden:
-        lines += ["Hidden tests:", ""]
-        for h in hidden:
-            mark = "passed" if h["outcome"] == "passed" else "failed"
-            lines.append(
-                f"- {markdown_text(h['name'], 100)}: {mark} ({h['points'] if mark == 'passed' else 0:g}/{h['points']:g})"
-            )
-        lines.append("")
-    return "\n".join(lines)
-
-
-from .classrun import grade_class  # noqa: E402  (it builds a Grader when called)

@@ -24,11 +24,11 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict
 from pathlib import Path
 
+from .discovery import MAX_FOLDER_BYTES  # also the cap on a student's folder shipped to a Ray task
 from .gradebook import Job, Outcome
 from .sandbox import Status, Stopped, kill_tree
 from .untrusted import plain, read_bytes
 
-MAX_FOLDER_BYTES = 200 * 2**20  # a student's folder shipped to a Ray task
 RAY_START_WAIT_S = float(os.environ.get("LAB_RAY_START_WAIT_S", 120))
 # Ray's own start-up timeouts, raised for a local cluster on a loaded machine (its raylet gives up
 # after 15 s when the metrics agent is slow to start, its workers after 60 s); the local cluster's

@@ -12,7 +12,8 @@ import pytest
 import submissions
 from submissions import put
 
-from grader.grader import Outcome, grade_class, write_gradebook
+from grader.classrun import grade_class
+from grader.grader import Outcome, write_gradebook
 from lab_utils.grading import CHECK_MIME, questions_for, score
 from lab_utils.grading.probe import instrument, load_answers
 

@@ -19,8 +19,9 @@ import nbformat
 import pytest
 from submissions import BYTES, KV, SERVED, notebook, put
 
+from grader.classrun import grade_class
 from grader.gradebook import question_summary, write_histogram
-from grader.grader import Outcome, grade_class
+from grader.grader import Outcome
 from grader.sandbox import Status
 from lab_utils.grading import questions_for
 
