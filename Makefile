@@ -137,3 +137,14 @@ clean-venv:
 release:
 	@test -n "$(OUT)" || { echo "usage: make release OUT=DIR"; exit 2; }
 	$(PYTHON) scripts/release.py "$(OUT)"
+
+# A JupyterHub for a class on this machine, with nbgrader's exchange (docker/hub/; run as root).
+# Not part of `make setup` or `make test`. HUB_USERS: the learners' unix names (or "$$(cat names.txt)").
+#   make hub HUB_USERS="alice bob"   install the hub's venv (about 25 s), the course and the learners,
+#                                    then run the hub on 127.0.0.1:8000 (Ctrl-C stops it)
+.PHONY: hub
+hub:
+	bash docker/hub/hub.sh install
+	bash docker/hub/hub.sh course
+	@if [ -n "$(HUB_USERS)" ]; then bash docker/hub/hub.sh users $(HUB_USERS); fi
+	HUB_USERS="$(HUB_USERS)" bash docker/hub/hub.sh start
