@@ -21,6 +21,7 @@ from grader.report import question_rows, write_report
 
 EVIL = '=HYPERLINK("http://x","<script>alert(1)</script>")'
 SECRET = b"k" * 32
+REPO_OUT = Path(__file__).resolve().parent.parent / "out"
 
 
 def _class(out: Path) -> list[Outcome]:
@@ -171,3 +172,27 @@ def test_cli_help_lists_the_class_commands():
     ).stdout
     for cmd in ["collect", "return", "export", "report", "gradescope-bundle"]:
         assert cmd in out
+
+
+CHROMIUM = Path("/usr/lib/chromium/chromium")
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is absent (make test-tools installs it)")
+def test_report_renders_in_headless_chromium_without_loading_anything(tmp_path):
+    playwright = pytest.importorskip("playwright.sync_api")
+    _class(tmp_path)
+    path = write_report(tmp_path, secret=SECRET)
+    shot = REPO_OUT / "class-report.png"
+    shot.parent.mkdir(exist_ok=True)
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1100, "height": 900})
+        seen: list[str] = []
+        page.on("request", lambda r: seen.append(r.url))
+        page.on("dialog", lambda d: seen.append("dialog " + d.message))
+        page.goto(path.as_uri())
+        page.screenshot(path=str(shot), full_page=True)
+        assert page.locator("svg").count() >= 5 and page.locator("h2").count() == 5
+        assert "<script>alert(1)</script>" in page.inner_text("body")  # shown as text, never run
+        browser.close()
+    assert seen == [path.as_uri()]
