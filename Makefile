@@ -24,7 +24,7 @@ STAMP       := $(VENV)/.installed-$(if $(GPU),gpu,cpu)
 LAB_PORT    ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: setup lab lab-stop check test test-fast labs model draft moe adapters prometheus venv triton-env sandbox test-tools clean-venv gpu-check release
+.PHONY: setup lab lab-stop check test test-fast labs model draft moe reasoning adapters prometheus venv triton-env sandbox test-tools clean-venv gpu-check release
 
 # bubblewrap (Debian's `bubblewrap`): the grader runs every learner's code inside it (grader/sandbox.py).
 # Installed as root with apt (scripts/apt_tool.sh, as for every system tool); elsewhere the grader says what to install.
@@ -35,7 +35,7 @@ GRADER_LATER := sandbox
 
 # What `make lab` builds in the background after lab 00 can run, one target at a time, in the order
 # of the labs that use them (lab_utils/background.py; log in out/setup-background/build.log).
-LATER := draft triton-env adapters prometheus moe $(GRADER_LATER)
+LATER := draft triton-env adapters prometheus moe reasoning $(GRADER_LATER)
 
 # Every lab's set-up in CPU mode; idempotent (a second run takes seconds). `python -m lab_utils.setup`
 # reports the same steps, and a lab's setup cell offers to run a missing one from the notebook.
@@ -65,6 +65,11 @@ draft: model
 # Lab 13's course MoE: the course model upcycled into 4 experts, top-2 (about 20 s, 0.8 GB in bf16).
 moe: model
 	$(PY) -m lab_utils.moe
+
+# Lab 15's reasoning model: the course model fine-tuned on course-made examples to think and call
+# tools (lab_utils/reasoning; a few minutes on 2 cores, longer on a busy machine).
+reasoning: model
+	$(PY) -m lab_utils.reasoning
 
 # Lab 12's LoRA adapters, trained on the course model with peft (one to two minutes each on 2 busy cores).
 # The json adapter is also merged into a full copy of the weights (seconds), for the merged-model comparison.

@@ -37,7 +37,15 @@ from .runtime import repo_root
 # it is: a fresh-clone `make setup` on an AMD EPYC, 2 shared cores, 2026-12-05 (draft 281 s, adapters
 # 166 s, triton-env 49 s, moe 13 s plus make's start); prometheus and bubblewrap were already
 # installed there, so theirs are allowances for an apt install, not measurements.
-TYPICAL_S = {"draft": 280, "triton-env": 50, "adapters": 170, "prometheus": 40, "moe": 20, "sandbox": 15}
+TYPICAL_S = {
+    "draft": 280,
+    "triton-env": 50,
+    "adapters": 170,
+    "prometheus": 40,
+    "moe": 20,
+    "reasoning": 260,
+    "sandbox": 15,
+}
 # Targets that install system packages with apt: never interrupted (an interrupted dpkg needs repair).
 APT_TARGETS = {"prometheus": "prometheus", "sandbox": "bwrap"}
 # Which labs wait for which background target (a step of lab_utils.setup, or a system tool).
@@ -47,6 +55,7 @@ LABS_NEEDING = {
     "adapters": ("12",),
     "prometheus": ("12",),
     "moe": ("13",),
+    "reasoning": ("15",),
     "sandbox": (),
 }
 _LEFT = re.compile(r"about (\d+) s left")

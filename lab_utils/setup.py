@@ -68,6 +68,12 @@ def _moe_ready() -> bool:
     return bool(os.environ.get("COURSE_MODEL")) or moe_ready()
 
 
+def _reasoning_ready() -> bool:
+    from .reasoning import reasoning_ready
+
+    return bool(os.environ.get("COURSE_MODEL")) or reasoning_ready()
+
+
 def _draft_ready() -> bool:
     from .draft import draft_ready
 
@@ -93,6 +99,12 @@ STEPS: dict[str, Step] = {
         "lab 13's course MoE (the course model upcycled: 4 experts, top-2, Mixtral format, bf16)",
         _moe_ready,
         lambda: [sys.executable, "-m", "lab_utils.moe"],
+    ),
+    "reasoning": Step(
+        "reasoning",
+        "lab 15's reasoning model (the course model fine-tuned to think in <think> tags and call tools)",
+        _reasoning_ready,
+        lambda: [sys.executable, "-m", "lab_utils.reasoning"],
     ),
     "adapters": Step(
         "adapters",
