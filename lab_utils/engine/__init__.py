@@ -6,12 +6,13 @@
     out[0].outputs[0].text
 
 Modules, one idea each: `sampling_params`, `request`, `scheduler` (the plan), `llama` (the model
-and paged attention, in plain torch), `fast` (the same model with CPU kernels, behind one switch:
-`LLMEngine(fast=False)` runs `llama` alone), `model_runner` (plan -> tensors -> tokens),
-`sampler`, `spec_decode` (n-gram drafts for speculative decoding, off unless
-`num_speculative_tokens` is set; sampled requests keep drafts by rejection sampling), `llm_engine`
-(the loop), `snapshot` (per-step records for the plots), `serve` (an OpenAI-style HTTP server over
-the engine: `python -m lab_utils.engine.serve --port 8000`, or `lab_utils.servers.EngineServer`).
+and paged attention, in plain torch), `kv_quant` (how K/V are stored: `kv_cache_dtype` fp8 or
+int8), `fast` (the same model with CPU kernels, behind one switch: `LLMEngine(fast=False)` runs
+`llama` alone), `model_runner` (plan -> tensors -> tokens), `sampler`, `spec_decode` (n-gram
+drafts for speculative decoding, off unless `num_speculative_tokens` is set; sampled requests keep
+drafts by rejection sampling), `llm_engine` (the loop), `snapshot` (per-step records for the
+plots), `serve` (an OpenAI-style HTTP server over the engine: `python -m lab_utils.engine.serve
+--port 8000`, or `lab_utils.servers.EngineServer`).
 Nothing heavy is imported until used.
 """
 

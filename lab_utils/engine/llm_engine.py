@@ -74,6 +74,7 @@ class LLMEngine:
             seed=cfg.seed,
             num_threads=cfg.num_threads,
             fast=cfg.fast,
+            kv_cache_dtype=cfg.kv_cache_dtype,
         )
         self.model_config = self.model_runner.config
         self.eos_token_id = self.model_config.eos_token_ids[0] if self.model_config.eos_token_ids else None

@@ -60,6 +60,7 @@ class ModelRunner:
         seed: int = 0,
         num_threads: int | None = None,
         fast: bool | None = None,
+        kv_cache_dtype: str = "auto",
     ) -> None:
         import torch
 
@@ -70,7 +71,9 @@ class ModelRunner:
         self.device = device
         self.fast = fast_enabled(fast)
         with torch.inference_mode():
-            self.model = (FastLlamaModel if self.fast else LlamaModel)(model, device=device, dtype=dtype)
+            self.model = (FastLlamaModel if self.fast else LlamaModel)(
+                model, device=device, dtype=dtype, kv_cache_dtype=kv_cache_dtype
+            )
         self.config = self.model.config
         self.sampler = Sampler(device=device, seed=seed)
         self.block_size = 0
@@ -89,8 +92,10 @@ class ModelRunner:
         return got
 
     def kv_bytes_per_block(self, block_size: int) -> int:
-        """Bytes one KV block takes across every layer."""
-        return self.config.kv_bytes_per_token(self.model.embed_tokens.element_size()) * block_size
+        """Bytes one KV block takes across every layer, in the cache's dtype with its scales."""
+        from .kv_quant import engine_kv_bytes_per_token
+
+        return engine_kv_bytes_per_token(self.config, self.model.kv_dtype) * block_size
 
     def initialize_kv_cache(self, num_blocks: int, block_size: int) -> None:
         """Allocate the paged K/V tensors."""
