@@ -217,3 +217,26 @@ def test_the_store_owners_cleanup_removes_only_a_course_store(tmp_path):
         ConnectorEngine(store, kv_cache_gib=1, max_model_len=256, backend="cpu", model="m").cleanup_command
         is None
     )
+
+
+def test_start_all_says_how_many_engines_are_up_while_it_waits(capsys):
+    """Issue 50: the engine-start cell of lab 14 was silent for about 15 s twice."""
+    import time
+
+    from lab_utils.kvtier.connector import start_all
+
+    class Slow:
+        def __init__(self, seconds):
+            self.seconds = seconds
+
+        def start(self):
+            time.sleep(self.seconds)
+
+        def stop(self):
+            pass
+
+    pair = [Slow(0.15), Slow(0.5)]
+    assert start_all(pair, every_s=0.1) == pair
+    out = capsys.readouterr().out
+    assert "starting 2 engines: 0/2 up, not ready yet after 0 s" in out
+    assert "1/2 up" in out

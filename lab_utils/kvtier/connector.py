@@ -133,9 +133,13 @@ def remove_store(store_dir: str | Path) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def start_all(servers: Sequence) -> list:
-    """Start several servers at once (each waits for its own health check); stop all if one fails."""
+def start_all(servers: Sequence, every_s: float | None = 10.0) -> list:
+    """Start several servers at once (each waits for its own health check); stop all if one fails.
+
+    Every `every_s` seconds it prints how many are ready (a start-up is never silent for long).
+    """
     import threading
+    import time
 
     errors: list[BaseException] = []
 
@@ -146,10 +150,20 @@ def start_all(servers: Sequence) -> list:
             errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(s,), daemon=True) for s in servers]
+    t0 = time.monotonic()
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    while any(t.is_alive() for t in threads):
+        for t in threads:
+            t.join(timeout=every_s)
+            if every_s and t.is_alive():
+                ready = sum(not x.is_alive() for x in threads)
+                print(
+                    f"starting {len(threads)} engines: {ready}/{len(threads)} up, "
+                    f"not ready yet after {time.monotonic() - t0:.0f} s",
+                    flush=True,
+                )
+                break
     if errors:
         for srv in servers:
             srv.stop()
