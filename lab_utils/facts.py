@@ -207,6 +207,30 @@ FACTS: dict[str, Fact] = {
         "(lab 01 sends the learner to read them; lab_utils.memory.kv.vllm_kv_capacity_module finds them)",
         checked=f"{_VLLM}: the functions' definitions in the module's file; vllm_kv_capacity_module()",
     ),
+    # ---- quantized KV cache (issue 51: lab_utils/engine/kv_quant.py, bench/kv_quant_quality.py) ----
+    "vllm.kv_cache_dtype_default": Fact(
+        "auto",
+        "--kv-cache-dtype defaults to auto: the KV cache is stored in the model's dtype",
+        checked=f"{_VLLM}: vllm/config/cache.py, CacheConfig.cache_dtype",
+    ),
+    "vllm.cpu_kv_cache_dtypes": Fact(
+        ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"),
+        "vLLM's CPU attention backend accepts these KV cache dtypes (fp8 means fp8_e4m3; no int8 "
+        "and no per-token-head formats on CPU)",
+        checked=f"{_VLLM}: vllm/v1/attention/backends/cpu_attn.py, CPUAttentionBackend.supported_kv_cache_dtypes",
+    ),
+    "vllm.cpu_fp8_kv_error": Fact(
+        "FP8 KV cache on CPU requires x86 with AVX-512 or AMX.",
+        "on a CPU with neither AVX-512 nor AMX (the AVX2-only machines) vLLM refuses an fp8 KV cache "
+        "with this NotImplementedError",
+        checked=f"{_VLLM}: vllm/v1/attention/backends/cpu_attn.py, _get_attn_isa",
+    ),
+    "vllm.kv_scale_default": Fact(
+        1.0,
+        "without k_scale/v_scale in the checkpoint (the course model has none) vLLM stores fp8 K/V "
+        "with a scale of 1.0: the values are cast as they are, uncalibrated",
+        checked=f"{_VLLM}: vllm/model_executor/layers/attention/attention.py, set_default_quant_scales",
+    ),
     # ---- KV connectors (lab 14) ----
     "vllm.kv_connectors": Fact(
         (

@@ -387,6 +387,36 @@ def check_kv_connectors(v):
     return _missing("KVConnectorFactory's registered connectors", tuple(v), names)
 
 
+def check_kv_cache_dtype_default(v):
+    return _same("CacheConfig.cache_dtype", v, _cache_config_defaults()["cache_dtype"])
+
+
+def _cpu_attn_src() -> str:
+    return re.sub(r'"\s*\n\s*"', "", _src("v1/attention/backends/cpu_attn.py"))  # join adjacent literals
+
+
+def check_cpu_kv_cache_dtypes(v):
+    m = re.search(r"supported_kv_cache_dtypes[^=]*=\s*\[(.*?)\]", _cpu_attn_src(), re.S)
+    if not m:
+        return ["cpu_attn.py no longer lists supported_kv_cache_dtypes"]
+    return _same(
+        "CPUAttentionBackend.supported_kv_cache_dtypes", tuple(v), tuple(re.findall(r'"([^"]+)"', m.group(1)))
+    )
+
+
+def check_cpu_fp8_kv_error(v):
+    return [] if f'"{v}"' in _cpu_attn_src() else [f"cpu_attn.py no longer says {v!r}"]
+
+
+def check_kv_scale_default(v):
+    src = _src("model_executor/layers/attention/attention.py")
+    body = src.split("def set_default_quant_scales", 1)[-1].split("\ndef ", 1)[0]
+    found = set(re.findall(r"layer\._[kv]_scale_float = ([\d.]+)", body))
+    return _same(
+        "set_default_quant_scales' _k_scale_float/_v_scale_float", {float(v)}, {float(x) for x in found}
+    )
+
+
 def check_kv_offloading_cpu_error(v):
     import re
 
@@ -568,6 +598,10 @@ CHECKS: dict[str, Callable[[Any], list[str]]] = {
     "vllm.max_lora_ranks": check_max_lora_ranks,
     "vllm.kv_connectors": check_kv_connectors,
     "vllm.kv_offloading_cpu_error": check_kv_offloading_cpu_error,
+    "vllm.kv_cache_dtype_default": check_kv_cache_dtype_default,
+    "vllm.cpu_kv_cache_dtypes": check_cpu_kv_cache_dtypes,
+    "vllm.cpu_fp8_kv_error": check_cpu_fp8_kv_error,
+    "vllm.kv_scale_default": check_kv_scale_default,
     "vllm_router.kv_aware": check_router_kv_aware,
     "vllm_router.policies": check_router_policies,
     "vllm.model_runner": check_model_runner,
