@@ -1,8 +1,11 @@
-"""The back-of-the-envelope calculators behind the interview drills, on plain numbers.
+"""The drills' calculators, kept by the grader: the references lab 11's hidden checks grade against.
 
-Each function is one formula an interviewer expects you to write on a whiteboard. The memory terms
-(weights, KV bytes per token, activations) come from `lab_utils.memory`, which works from a model's
-shape; these take the numbers a question states, so a learner can rebuild each one in lab 11.
+Each function is one formula an interviewer expects on a whiteboard. They were the learner's
+`lab_utils.drills.calc` until issue 47: lab 11 asks the learner to write `gpus_needed`,
+`batching_gain` and `cost_per_million_tokens` (lab 10 `valid_tp_degrees`, lab 13 the all-to-all
+bytes, lab 14 the load-or-recompute crossover), and a copy of a library function with one no-op
+line added beat the refusal's fingerprint. The drills (lab_utils.drills.topics) now work each answer
+out in their own lines; tests/test_drills.py checks them against these.
 """
 
 from __future__ import annotations

@@ -216,7 +216,7 @@ def test_model_shapes_match_the_configs(name):
 
 
 def test_seed_example_is_not_ten_times():
-    from lab_utils.drills.calc import batching_gain
+    from grader.drill_calc import batching_gain
 
     assert batching_gain([50] * 7 + [500], 8) == pytest.approx(500 / 106.25)
 
@@ -224,7 +224,7 @@ def test_seed_example_is_not_ten_times():
 def test_spec_expected_tokens_matches_a_simulation():
     import random
 
-    from lab_utils.drills.calc import spec_expected_tokens
+    from grader.drill_calc import spec_expected_tokens
 
     rng, alpha, k, total, rounds = random.Random(0), 0.7, 4, 0, 20000
     for _ in range(rounds):
@@ -268,7 +268,7 @@ NEW_KINDS = set().union(*MOE_KV_KINDS.values())
 
 
 def test_moe_param_counts_on_a_tiny_config_and_on_mixtral():
-    from lab_utils.drills.calc import moe_param_counts
+    from grader.drill_calc import moe_param_counts
 
     # 2 layers (1 dense), hidden 4, vocab 10, attention 16 per layer, dense MLP 8, experts of 2, 4 routed
     # + 1 shared, top-2: shared by all 2*10*4 + 2*16 + 3*4*8 = 208; one expert 3*4*2 = 24
@@ -281,7 +281,7 @@ def test_moe_param_counts_on_a_tiny_config_and_on_mixtral():
 
 
 def test_mla_ep_and_kv_transfer_calculators_on_tiny_numbers():
-    from lab_utils.drills import calc
+    from grader import drill_calc as calc
 
     assert calc.mla_kv_bytes_per_token(2, 4, 2, 2) == 24  # 2 layers x (4 + 2) x 2 B
     assert calc.gqa_kv_bytes_per_token(2, 1, 4, 2) == 32  # 2 x 2 layers x 1 head x 4 x 2 B
@@ -349,7 +349,7 @@ def test_speculative_topic_reaches_every_kind_and_states_its_numbers():
 
 
 def test_speculative_counters_and_rejection_rule_on_tiny_cases():
-    from lab_utils.drills import calc
+    from grader import drill_calc as calc
 
     # 4 drafting steps; position 0 kept in 3 of them, position 1 in 1: (4 + 3 + 1) / 4 = 2 tokens a step
     assert calc.spec_tokens_from_counters(4, [3, 1]) == 2.0
@@ -370,7 +370,7 @@ def test_speculative_counters_and_rejection_rule_on_tiny_cases():
 
 def test_rejection_rule_gives_the_target_law():
     """Draft from q, keep by the accept probability, else draw from the residual: the output is p."""
-    from lab_utils.drills import calc
+    from grader import drill_calc as calc
 
     p, q = [0.4, 0.15, 0.25, 0.2], [0.3, 0.05, 0.3, 0.35]
     law = [0.0] * 4

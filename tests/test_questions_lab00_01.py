@@ -269,7 +269,7 @@ def _spec_for_bytes_per_token(per_token: int):
 def _forbidden_cases():
     import importlib
 
-    from lab_utils.drills import calc
+    from grader import drill_calc as calc
     from lab_utils.memory import kv as memkv
 
     memrec = importlib.import_module("lab_utils.memory.recommend")
@@ -287,25 +287,18 @@ def _forbidden_cases():
     def plan_wrapped(total, usable, h, kv, n=8):
         return calc.gpus_needed(total, 0.0, usable, 1.0, 0.0, h, kv, n) or 8, 1
 
-    def decode_wrapped(b, w, kv, f, bw, pk):
-        ridge = calc.ridge_point(pk / 1e12, bw / 1e9)
-        return decode_step(b, w, kv, f, bw, pk)[0], ("memory" if b * f / (w + b * kv) < ridge else "compute")
-
     return {
         "01.kv_bytes_per_token": ("kv_bytes_per_token", memkv.kv_cache_bytes_per_token, kv_wrapped),
         "01.vllm_capacity": ("vllm_capacity", memkv.vllm_kv_cache_report, cap_wrapped),
         "01.parallel_plan": ("parallel_plan", calc.gpus_needed, plan_wrapped),
-        "01.decode_roofline": ("decode_step", memrec.decode_tokens_per_s, decode_wrapped),
+        # the drills' ridge_point and prefill_ttft_s the wrappers called left the copy (issue 47)
+        "01.decode_roofline": ("decode_step", memrec.decode_tokens_per_s, None),
         "01.spec_decode": (
             "expected_tokens_per_pass",
             calc.spec_expected_tokens,
             lambda a, k: calc.spec_expected_tokens(a, k),
         ),
-        "01.prefill_ttft": (
-            "prefill_ttft_s",
-            calc.prefill_ttft_s,
-            lambda n, p, t, m, tp, pp: calc.prefill_ttft_s(n, p, t, m, tp),
-        ),
+        "01.prefill_ttft": ("prefill_ttft_s", ModelSpec.prefill_flops, None),
         "00.queries_per_kv_head": (
             "queries_per_kv_head",
             ModelSpec,

@@ -472,13 +472,7 @@ def test_reference_kv_manager_and_helpers_score_zero():
     r = _graded("02.vllm_hits", {**lab02_answers(SEEDS[0]), "prefix_cache_delta": via_course_parser})
     assert r.earned == 0 and r.status == "uses the reference", r
 
-    def via_drill_calc(shared, n, block_size):  # lab 11's calculator: whole blocks of the prefix
-        from lab_utils.drills.calc import cached_prefix_tokens
-
-        return (n - 1) * cached_prefix_tokens(shared, block_size)
-
-    r = _graded("02.vllm_hits", {**lab02_answers(SEEDS[0]), "predicted_prefix_hits": via_drill_calc})
-    assert r.earned == 0 and r.status == "uses the reference", r
+    # lab 11's whole-blocks calculator is the grader's since issue 47 (grader/drill_calc.py)
 
 
 def test_prefix_cache_delta_must_parse_the_page():

@@ -12,6 +12,7 @@ are marked slow; so are the two that run a sandboxed runner.
 
 from __future__ import annotations
 
+import importlib
 import math
 import random
 import sys
@@ -22,9 +23,9 @@ import pytest
 import grader.hidden.lab04  # noqa: F401  (registers the hidden checks)
 import grader.hidden.lab13  # noqa: F401
 import grader.hidden.lab14  # noqa: F401
+from grader import drill_calc as calc
 from grader.judge import score_graded
 from grader.registry import hidden_check
-from lab_utils.drills import calc
 from lab_utils.grading import get, lab_scenario
 
 SEED = 11
@@ -83,18 +84,20 @@ def kv_via_calc(config, dtype_bytes, context_len):
 
 
 @pytest.mark.parametrize(
-    "qid, shortcut, refused",
+    "qid, shortcut",
     [
-        ("13.a2a_bytes", a2a_via_calc, "ep_alltoall_bytes_per_token"),
-        ("13.kv_per_token", kv_via_calc, "bytes_per_token"),
-        ("14.kv_bytes_stored", stored_via_calc, "kv_transfer_bytes"),
-        ("14.crossover", crossover_via_calc, "load_recompute_crossover_tokens"),
+        ("13.a2a_bytes", a2a_via_calc),
+        ("13.kv_per_token", kv_via_calc),
+        ("14.kv_bytes_stored", stored_via_calc),
+        ("14.crossover", crossover_via_calc),
     ],
 )
-def test_a_drill_calculator_under_the_answers_name_scores_zero(qid, shortcut, refused):
+def test_the_drill_calculators_that_answered_these_are_not_in_the_learners_copy(qid, shortcut):
+    """Composed, the drills' calculators answer these questions (issue 47): since a pasted copy beats
+    a refusal, they moved to grader/drill_calc.py and the learner's copy has no such module."""
     assert _passes_hidden(qid, shortcut), "the shortcut no longer answers the question: drop this case"
-    result = _judged(qid, shortcut)
-    assert result.earned == 0 and refused in result.message, result.message
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("lab_utils.drills.calc")
 
 
 # --- vLLM's expert load balancer, transformers' rejection sampler ------------------------------------

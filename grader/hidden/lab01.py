@@ -17,7 +17,7 @@ SMOL_KV = (30, 3, 64)  # SmolLM2-135M (the model the lab starts in vLLM): layers
 VLLM_RTOL = 0.005  # stated in the lab: the vLLM prediction must match to this relative tolerance
 
 
-# --- references (independent of lab_utils.memory / lab_utils.drills.calc) ----------------------
+# --- references (independent of lab_utils.memory / grader.drill_calc) ----------------------
 
 
 def _kv(layers, kv_heads, head_dim, nbytes) -> int:

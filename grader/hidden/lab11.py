@@ -1,7 +1,7 @@
 """Lab 11: hidden checks (the grader's; never inside a sandbox).
 
 Cases come from the judge's key, not the notebook's SEED; public checks and the scenario are in
-`lab_utils.grading.questions.lab11`. The simple calculators are graded against `lab_utils.drills.calc`
+`lab_utils.grading.questions.lab11`. The simple calculators are graded against `grader.drill_calc`
 (forbidden to the answers); the critical batch with KV reads, speculative decoding with per-position
 acceptance, the batching prediction, the measurement's analysis and the chat sizing against the
 references here.
@@ -12,8 +12,9 @@ from __future__ import annotations
 import heapq
 import math
 
+from grader import drill_calc as calc
 from grader.registry import hidden
-from lab_utils.drills import TOPICS, calc, make_drills
+from lab_utils.drills import TOPICS, make_drills
 from lab_utils.grading.checks import close, partial
 
 

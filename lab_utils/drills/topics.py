@@ -2,7 +2,10 @@
 
 A generator returns a `Spec` (everything a Drill holds but its id and topic). `inputs` holds every
 number the question states, under stable names, so code can answer a drill without parsing text.
-Answers come from `lab_utils.memory` (model shapes, GPU catalogue) and `lab_utils.drills.calc`.
+Model shapes and the GPU catalogue come from `lab_utils.memory`. Each generator works its answer
+out in its own lines, as its explanation does: there is no calculator module in the learner's copy,
+since lab 11 asks the learner to write these calculators (and labs 10, 13 and 14 ask for some of
+them); the grader keeps its references in grader/drill_calc.py (issue 47).
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from dataclasses import dataclass, field
 
 from lab_utils.memory import GPUS, PRICES_AS_OF, activation_bytes, kv_cache_bytes_per_token, weight_bytes
 
-from . import calc
 from .shapes import LARGE, MODELS, SMALL
 
 GB = 1e9
@@ -99,14 +101,18 @@ def gpus_tp(rng: random.Random) -> Spec:
         kv_gb = round(users * context * kv_cache_bytes_per_token(spec, "bfloat16") / GB, 1)
         mem_gb = round(gpu.memory_bytes / GB, 1)
         util, reserve = 0.9, rng.choice([2.0, 3.0, 4.0])
-        tp = calc.gpus_needed(
-            weights_gb, kv_gb, mem_gb, util, reserve, spec.num_attention_heads, spec.num_kv_heads
-        )
+        usable = util * mem_gb - reserve
+        heads, kv_heads = spec.num_attention_heads, spec.num_kv_heads
+        # heads split evenly; KV heads split too, or replicated once TP exceeds them (vLLM)
+        valid = [t for t in range(1, 9) if heads % t == 0 and (kv_heads % t == 0 or t % kv_heads == 0)]
+        # a GPU holds 1/TP of the weights and one KV head in min(TP, KV heads) of the cache
+        fits = [
+            t for t in valid if usable > 0 and weights_gb / t + kv_gb * (1.0 / min(t, kv_heads)) <= usable
+        ]
+        tp = fits[0] if fits else None
         if tp is not None and (tp > 1 or rng.random() < 0.2):
             break
-    usable = util * mem_gb - reserve
-    valid = calc.valid_tp_degrees(spec.num_attention_heads, spec.num_kv_heads)
-    kv_at = kv_gb * calc.kv_share_per_gpu(spec.num_kv_heads, tp)
+    kv_at = kv_gb * (1.0 / min(tp, spec.num_kv_heads))
     replicated = tp > spec.num_kv_heads
     return Spec(
         "gpus_needed",
@@ -198,7 +204,7 @@ def memory_terms(rng: random.Random) -> Spec:
 
 def roofline(rng: random.Random) -> Spec:
     gpu = _gpu(rng)
-    ridge = calc.ridge_point(gpu.bf16_tflops, gpu.bandwidth_gb_s)
+    ridge = float(gpu.bf16_tflops) * 1e12 / (float(gpu.bandwidth_gb_s) * 1e9)  # FLOP/s over B/s
     head = f"{gpu.name}: {gpu.bf16_tflops:g} dense bf16 TFLOP/s, {gpu.bandwidth_gb_s:g} GB/s."
     inputs = {"gpu": gpu.name, "peak_tflops": gpu.bf16_tflops, "bandwidth_gb_s": gpu.bandwidth_gb_s}
     if rng.random() < 0.4:
@@ -213,7 +219,7 @@ def roofline(rng: random.Random) -> Spec:
             inputs,
         )
     wdesc, nbytes = rng.choice([("bf16", 2.0), ("FP8", 1.0), ("4-bit", 0.5)])
-    batch = calc.critical_batch(gpu.bf16_tflops, gpu.bandwidth_gb_s, nbytes)
+    batch = ridge * nbytes / 2.0  # 2 x batch / nbytes FLOP/B reaches the ridge
     return Spec(
         "critical_batch",
         f"{head} Decoding with {wdesc} weights ({nbytes:g} B per parameter), ignoring KV-cache "
@@ -234,7 +240,7 @@ def prefill_ttft(rng: random.Random) -> Spec:
     gpu = _gpu(rng, ["A100-80GB", "H100-80GB", "H200", "B200"])
     n_gpus = rng.choice([1, 2, 4]) if spec.name in SMALL else rng.choice([4, 8])
     prompt, mfu = rng.choice([1024, 2048, 4096, 8192, 16384]), rng.choice([0.3, 0.4, 0.5, 0.6])
-    t = calc.prefill_ttft_s(spec.num_params, prompt, gpu.bf16_tflops, mfu, n_gpus)
+    t = 2.0 * spec.num_params * prompt / (n_gpus * float(gpu.bf16_tflops) * 1e12 * float(mfu))
     return Spec(
         "prefill_ttft_ms",
         f"{spec.name} ({spec.num_params / 1e9:.2f} B parameters) on {n_gpus} x {gpu.name} "
@@ -263,8 +269,8 @@ def batching(rng: random.Random) -> Spec:
     n_short = rng.randint(batch // 2, batch - 1)
     short, long = rng.choice([20, 50, 100]), rng.choice([300, 500, 1000, 2000])
     lens = [short] * n_short + [long] * (batch - n_short)
-    gain = calc.batching_gain(lens, batch)
-    mean = sum(lens) / batch
+    mean = sum(lens) / batch  # one batch: static holds it max(lens) steps, continuous mean(lens)
+    gain = max(lens) / mean
     return Spec(
         "batching_gain",
         f"Batches of {batch} requests arrive back to back, each with {n_short} requests that generate "
@@ -292,7 +298,7 @@ def littles_law(rng: random.Random) -> Spec:
             "concurrency",
             f"{rate} requests/s arrive; each waits {ttft} s for its first token and then streams {out} "
             f"tokens at {tpot * 1e3:g} ms each. How many requests are in the server on average?",
-            calc.littles_law_concurrency(rate, w),
+            rate * w,
             "requests",
             0.01,
             f"Little's law L = lambda x W: W = {ttft} + {out} x {tpot} = {w:.2f} s, so L = {rate} x "
@@ -300,7 +306,7 @@ def littles_law(rng: random.Random) -> Spec:
             {"rate": rate, "ttft_s": ttft, "output_tokens": out, "tpot_s": tpot},
         )
     conc, latency = rng.choice([16, 32, 64, 128, 256]), rng.choice([4.0, 8.0, 12.0, 20.0])
-    lam = calc.max_rate(conc, latency)
+    lam = conc / latency
     return Spec(
         "max_rate",
         f"A replica's KV cache holds {conc} requests at once and each request takes {latency:g} s from "
@@ -323,8 +329,8 @@ def goodput(rng: random.Random) -> Spec:
         ttft_slo, tpot_slo = rng.choice([0.5, 1.0]), rng.choice([0.04, 0.05])
         if any(a <= ttft_slo and b <= tpot_slo for a, b in zip(ttfts, tpots)):
             break
-    g = calc.goodput(ttfts, tpots, duration, ttft_slo, tpot_slo)
     ok = sum(1 for a, b in zip(ttfts, tpots) if a <= ttft_slo and b <= tpot_slo)
+    g = ok / duration
     rows = ", ".join(f"({a:g} s, {b * 1e3:g} ms)" for a, b in zip(ttfts, tpots))
     return Spec(
         "goodput",
@@ -354,7 +360,7 @@ def speculative(rng: random.Random) -> Spec:
     if kind in ("accept", "residual", "accept_rate"):
         return _spec_rejection(rng, kind)
     alpha, k = rng.choice([0.5, 0.6, 0.7, 0.8, 0.9]), rng.choice([2, 3, 4, 5, 7])
-    e = calc.spec_expected_tokens(alpha, k)
+    e = (1 - alpha ** (k + 1)) / (1 - alpha)  # alpha < 1 here
     base = f"(1 - {alpha}^{k + 1}) / (1 - {alpha}) = {e:.3f}"
     if kind == "one_rate":
         return Spec(
@@ -369,7 +375,7 @@ def speculative(rng: random.Random) -> Spec:
             {"alpha": alpha, "k": k},
         )
     c = rng.choice([0.02, 0.05, 0.1, 0.2])
-    s = calc.spec_speedup(alpha, k, c)
+    s = e / (1 + k * c)
     return Spec(
         "spec_speedup",
         f"Speculative decoding, k = {k}, acceptance alpha = {alpha}; one draft-model step costs {c:g} of a "
@@ -391,7 +397,7 @@ def _spec_counters(rng: random.Random, speedup: bool) -> Spec:
         alive *= rate
         counts.append(round(n * alive))
         rate *= rng.uniform(0.6, 1.0)
-    e = calc.spec_tokens_from_counters(n, counts)
+    e = 1.0 + sum(counts) / n
     inputs = {"k": k, "num_drafts": n, "accepted_per_pos": counts}
     head = (
         f"A batch-1 run with a draft model proposing k = {k} tokens every step. vLLM's counters afterwards: "
@@ -459,7 +465,7 @@ def _spec_rejection(rng: random.Random, kind: str) -> Spec:
     )
     inputs: dict = {"target": p, "draft": q}
     if kind == "accept_rate":
-        a = calc.spec_acceptance_rate(p, q)
+        a = sum(min(x, y) for x, y in zip(p, q))
         mins = " + ".join(f"{min(x, y):g}" for x, y in zip(p, q))
         return Spec(
             "spec_acceptance_rate",
@@ -477,7 +483,7 @@ def _spec_rejection(rng: random.Random, kind: str) -> Spec:
     x = rng.choice(over) if kind == "residual" or rng.random() < 0.75 else rng.randrange(4)
     inputs["drafted"] = x
     if kind == "accept":
-        a = calc.spec_accept_probability(p, q, x)
+        a = min(1.0, p[x] / q[x])
         why = (
             f"p({x}) = {p[x]:g} is at least q({x}) = {q[x]:g}: the draft never over-proposes it, so it is "
             "always kept"
@@ -497,8 +503,8 @@ def _spec_rejection(rng: random.Random, kind: str) -> Spec:
         )
     y = rng.choice(under)
     inputs["token"] = y
-    law = calc.spec_residual(p, q)
     extra = [max(0.0, a - b) for a, b in zip(p, q)]
+    law = [e / sum(extra) for e in extra]
     return Spec(
         "spec_residual_probability",
         f"{head} The draft proposed token {x} and the target refused it. With what probability is the token "
@@ -546,7 +552,7 @@ def quantization(rng: random.Random) -> Spec:
             inputs,
         )
     gpu = _gpu(rng, ["L4", "L40S", "A100-80GB", "H100-80GB", "H200"])
-    tps = calc.batch1_decode_tokens_per_s(gpu.bandwidth_gb_s, wq / GB)
+    tps = gpu.bandwidth_gb_s / (wq / GB)
     return Spec(
         "quant_batch1_tokens_per_s",
         f"{head} On one {gpu.name} ({gpu.bandwidth_gb_s:g} GB/s), what is the bandwidth upper bound on "
@@ -564,9 +570,9 @@ def quantization(rng: random.Random) -> Spec:
 def prefix_cache(rng: random.Random) -> Spec:
     block = rng.choice([16, 32, 128])
     prefix, suffix = rng.randint(300, 3000), rng.randint(50, 600)
-    cached = calc.cached_prefix_tokens(prefix, block)
+    cached = prefix // block * block  # whole blocks only
     if rng.random() < 0.5:
-        f = calc.prefill_saved_fraction(prefix, suffix, block)
+        f = cached / (prefix + suffix)
         return Spec(
             "prefix_prefill_saved",
             f"Every request starts with the same {prefix}-token system prompt followed by a {suffix}-token "
@@ -600,7 +606,7 @@ def cost(rng: random.Random) -> Spec:
     gpu = _gpu(rng, ["L4", "L40S", "A100-80GB", "H100-80GB", "H200"])
     n = rng.choice([1, 2, 4, 8])
     tps = rng.choice([800, 1500, 2500, 4000, 6000, 10000])
-    c = calc.cost_per_million_tokens(gpu.price_per_hour, n, tps)
+    c = gpu.price_per_hour * n / (tps * 3600) * 1e6
     return Spec(
         "cost_per_million",
         f"{n} x {gpu.name} at ${gpu.price_per_hour:.2f} per GPU-hour (indicative, {PRICES_AS_OF}) sustain "
@@ -629,9 +635,10 @@ def moe(rng: random.Random) -> Spec:
     vocab = rng.choice([32_000, 102_400, 129_280, 151_936])
     heads, kv_heads = hidden // 128, rng.choice([4, 8])
     attn = 2 * hidden * heads * 128 + 2 * hidden * kv_heads * 128
-    total, active = calc.moe_param_counts(
-        layers, dense_layers, hidden, vocab, attn, dense_i, expert_i, routed, shared, top_k
-    )
+    expert = 3 * hidden * expert_i
+    common = 2 * vocab * hidden + layers * attn + dense_layers * 3 * hidden * dense_i
+    total = common + (layers - dense_layers) * (routed + shared) * expert
+    active = common + (layers - dense_layers) * (top_k + shared) * expert
     inputs = {
         "layers": layers,
         "dense_layers": dense_layers,
@@ -657,7 +664,6 @@ def moe(rng: random.Random) -> Spec:
         f"intermediate size {expert_i}. An MLP is gate, up and down: 3 x hidden x intermediate. Ignore "
         "norms and the router."
     )
-    expert = 3 * hidden * expert_i
     work = (
         f"One expert: 3 x {hidden} x {expert_i} = {expert / 1e6:.2f} M. Shared by every token: embeddings "
         f"2 x {vocab:,} x {hidden} + attention {layers} x {attn:,} + dense MLPs {dense_layers} x 3 x {hidden} "
@@ -691,8 +697,8 @@ def mla(rng: random.Random) -> Spec:
     layers, rank, rope = rng.choice([27, 48, 60, 61]), rng.choice([256, 512]), rng.choice([32, 64])
     dtype, nbytes = rng.choice([("bfloat16", 2), ("fp8", 1)])
     kv_heads, head_dim = rng.choice([4, 8, 16]), rng.choice([64, 128])
-    mla_b = calc.mla_kv_bytes_per_token(layers, rank, rope, nbytes)
-    gqa_b = calc.gqa_kv_bytes_per_token(layers, kv_heads, head_dim, nbytes)
+    mla_b = layers * (rank + rope) * nbytes
+    gqa_b = 2 * layers * kv_heads * head_dim * nbytes
     inputs = {
         "layers": layers,
         "kv_lora_rank": rank,
@@ -736,7 +742,7 @@ def mla(rng: random.Random) -> Spec:
 def expert_parallel(rng: random.Random) -> Spec:
     hidden, top_k = rng.choice([2048, 4096, 5120, 7168]), rng.choice([2, 4, 6, 8])
     ep, (ddesc, dbytes) = rng.choice([4, 8, 16, 32, 64]), rng.choice([("bf16", 2), ("FP8", 1)])
-    per_token = calc.ep_alltoall_bytes_per_token(hidden, top_k, dbytes, 2, ep)
+    per_token = top_k * hidden * (dbytes + 2) * (ep - 1) / ep
     inputs = {"hidden": hidden, "top_k": top_k, "dispatch_bytes": dbytes, "combine_bytes": 2, "ep_size": ep}
     head = (
         f"An MoE layer (hidden {hidden}, top-{top_k} routing) runs expert-parallel over {ep} GPUs, the "
@@ -780,9 +786,9 @@ def kv_transfer(rng: random.Random) -> Spec:
     spec = MODELS[rng.choice(SMALL + LARGE)]
     dtype, nbytes = rng.choice([("bfloat16", 2), ("fp8", 1)])
     block, prompt = rng.choice([16, 32, 64, 128]), rng.randint(300, 32_000)
-    moved = calc.kv_transfer_bytes(prompt, block, spec.num_layers, spec.num_kv_heads, spec.head_dim, nbytes)
-    per_token = calc.gqa_kv_bytes_per_token(spec.num_layers, spec.num_kv_heads, spec.head_dim, nbytes)
+    per_token = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * nbytes
     blocks = -(-prompt // block)
+    moved = blocks * block * per_token
     inputs = {**_shape(spec), "dtype_bytes": nbytes, "block_size": block, "prompt_tokens": prompt}
     head = (
         f"Disaggregated serving: a prefill engine hands a {prompt:,}-token prompt's KV cache to a decode "
@@ -831,7 +837,8 @@ def kv_offload(rng: random.Random) -> Spec:
         tier_name, tier, overhead_ms = rng.choice(
             [("CPU memory over PCIe", 25.0, 1.0), ("local NVMe", 6.0, 5.0), ("a remote KV store", 2.0, 15.0)]
         )
-        n_star = calc.load_recompute_crossover_tokens(prefill, per_token, tier, overhead_ms / 1e3)
+        per_token_gain = 1 / prefill - per_token / (tier * 1e9)
+        n_star = overhead_ms / 1e3 / per_token_gain if per_token_gain > 0 else None
         if n_star is not None and 4 <= n_star <= 50_000:
             break
     inputs = {

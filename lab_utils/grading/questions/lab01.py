@@ -109,7 +109,6 @@ def _(vllm_capacity, predicted_vllm):
     "01.parallel_plan",
     points=3,
     answers=["parallel_plan", "scenario_plan"],
-    forbid=refs("tp_rules"),
 )
 def _(parallel_plan, scenario_plan):
     """(tensor-parallel, pipeline-parallel) degrees for a memory need; and scenario_plan(scenario)."""
@@ -153,7 +152,6 @@ def _(decode_step):
     "01.spec_decode",
     points=2,
     answers=["expected_tokens_per_pass", "scenario_spec_speedup"],
-    forbid=refs("speculative"),
 )
 def _(expected_tokens_per_pass, scenario_spec_speedup):
     """Expected tokens per target pass with k drafts accepted with probability alpha; the speed-up of a

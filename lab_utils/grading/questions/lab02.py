@@ -262,7 +262,7 @@ vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1000.0
     "02.vllm_hits",
     points=2,
     answers=["predicted_prefix_hits", "prefix_cache_delta"],
-    forbid=refs("prefix_cache_calc", "prometheus_parsers"),
+    forbid=refs("prometheus_parsers"),
 )
 def _(predicted_prefix_hits, prefix_cache_delta):
     """Prefix-cache hit tokens vLLM should report for N requests sharing a prefix, sent one by one; and

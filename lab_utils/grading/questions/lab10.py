@@ -127,7 +127,7 @@ def _(routing_report, best_policy):
     "10.valid_tp",
     points=2,
     answers=["valid_tp_degrees"],
-    forbid=refs("tp_degrees", "tp_checks", "kv_heads"),
+    forbid=refs("tp_checks", "kv_heads"),
 )
 def _(valid_tp_degrees):
     """Tensor-parallel degrees vLLM accepts for a model, within one NVLink domain."""
@@ -146,7 +146,7 @@ def _(valid_tp_degrees):
     "10.planner",
     points=3,
     answers=["plan_parallelism"],
-    forbid=refs("tp_degrees", "tp_checks"),
+    forbid=refs("tp_checks"),
 )
 def _(plan_parallelism):
     """(TP, PP, replicas) for a model, a GPU and an SLO: the fewest GPUs that hold the load."""

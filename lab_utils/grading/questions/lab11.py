@@ -1,7 +1,7 @@
 """Lab 11 — interview drills: graded questions.
 
 Every answer is a function. The calculators are graded on unseen random instances against
-`lab_utils.drills.calc` (forbidden to the answers); `answer_drill` on the scenario's drill set and on
+`grader.drill_calc` (the grader's references); `answer_drill` on the scenario's drill set and on
 fresh drills of every topic; the batching prediction on unseen workloads against the step model the
 lab states (grader/hidden/lab11.py); the measurement's analysis on made-up finish times; the chat
 sizing on unseen chat prompts. Public checks use at most two fixed cases and never show an
@@ -17,8 +17,6 @@ from lab_utils.drills import make_drills
 from lab_utils.grading.checks import close
 from lab_utils.grading.forbidden import refs
 from lab_utils.grading.registry import question, scenario
-
-CALC = "lab_utils.drills.calc"
 
 # Every helper within reach of a notebook that returns a median or a percentile in one call: the
 # course's own (and the wrappers that call them), the standard library's, numpy's and torch's.
@@ -124,7 +122,6 @@ def _(batching_gain):
     "11.speculative",
     points=2,
     answers=["spec_expected_tokens", "spec_speedup"],
-    forbid=refs("speculative"),
 )
 def _(spec_expected_tokens, spec_speedup):
     """Expected tokens per target pass for per-position acceptance rates, and the speed-up once the
@@ -216,7 +213,7 @@ def _(batching_summary):
 # --- 8. A design number from the scenario ----------------------------------------------------------
 
 
-@question("11.chat_replicas", points=1, answers=["chat_replicas"], forbid=refs("replicas"))
+@question("11.chat_replicas", points=1, answers=["chat_replicas"])
 def _(chat_replicas):
     """chat_replicas(chat): replicas for a chat load, prefill included, at the stated headroom."""
     base = {

@@ -46,7 +46,7 @@ _TINY = {
 }
 
 
-@question("13.param_counts", points=2, answers=["param_counts"], forbid=refs("model_spec", "moe_params_calc"))
+@question("13.param_counts", points=2, answers=["param_counts"], forbid=refs("model_spec"))
 def _(param_counts):
     """param_counts(config) -> (total, active): parameters stored, and those one token goes through."""
     total, active = (float(x) for x in param_counts(dict(_TINY)))
@@ -59,7 +59,7 @@ def _(param_counts):
     "13.kv_per_token",
     points=2,
     answers=["kv_bytes_per_token"],
-    forbid=refs("model_spec", "kv_per_token", "kv_bytes_calc"),
+    forbid=refs("model_spec", "kv_per_token"),
 )
 def _(kv_bytes_per_token):
     """kv_bytes_per_token(config, dtype_bytes, context_len): KV bytes per token, averaged over a
@@ -113,7 +113,7 @@ def _(place_experts):
     assert sum(g.count(0) for g in gpus) == 2, "a free slot is best spent on a copy of the busiest expert"
 
 
-@question("13.a2a_bytes", points=2, answers=["a2a_bytes"], forbid=refs("ep_alltoall"))
+@question("13.a2a_bytes", points=2, answers=["a2a_bytes"])
 def _(a2a_bytes):
     """a2a_bytes(config, ep_size, dispatch_bytes, combine_bytes) -> (dispatch, combine) bytes one
     token sends to other ranks per MoE layer, in expectation, routing uniform, no deduplication."""

@@ -49,7 +49,7 @@ _TIER = {
     "load_overhead_s": 0.01,
 }
 # lab_utils.memory's re-export is the same object: absent too; and the drills' KV calculators
-_KV_REFS = refs("kv_block_bytes", "kv_bytes_calc", "stored_tokens")
+_KV_REFS = refs("kv_block_bytes", "stored_tokens")
 
 
 @question("14.kv_bytes_stored", points=2, answers=["kv_bytes_stored"], forbid=_KV_REFS)
@@ -85,7 +85,7 @@ def _(predict_ttft):
     )
 
 
-@question("14.crossover", points=2, answers=["crossover_len"], forbid=refs("kv_transfer", "load_recompute"))
+@question("14.crossover", points=2, answers=["crossover_len"], forbid=refs("kv_transfer"))
 def _(crossover_len):
     """crossover_len(tier, max_len): the shortest prompt (1..max_len tokens) whose KV loads faster
     than it computes, or None."""
