@@ -87,6 +87,8 @@ def test_summing_series_before_the_difference_misses_a_restart():
             "vllm:prompt_tokens_total", "vllm:prefix_cache_hits_total",
             "vllm:external_prefix_cache_queries_total", "vllm:external_prefix_cache_hits_total")}  # fmt: skip
         p = d["vllm:prompt_tokens_total"]
+        if not p:  # nothing scheduled: handled as the text says, so only the restart can fail it
+            return dict.fromkeys(("device", "external", "computed", "connector_hit_rate"), float("nan"))
         dev, ext, q = (
             d["vllm:prefix_cache_hits_total"] / p,
             d["vllm:external_prefix_cache_hits_total"] / p,
@@ -127,3 +129,14 @@ def test_preferring_colocated_whenever_it_meets_the_slo_fails(solution):
         return solution["best_layout"](workload, num_gpus, cost, link, slo)
 
     assert not _run("14.disagg_layout", best)
+
+
+def test_cache_sources_without_nan_when_nothing_was_scheduled_fails(solution):
+    """The text: when no prompt tokens were scheduled between the scrapes, all four are nan."""
+
+    def sources(before, after):
+        got = solution["cache_sources"](before, after)
+        nothing = got["device"] != got["device"]  # nan: no prompt tokens between the scrapes
+        return dict.fromkeys(got, 0.0) if nothing else got  # zeros there instead of nan
+
+    assert not _run("14.cache_sources", sources)

@@ -132,6 +132,8 @@ def _ref_sources(before: dict, after: dict) -> dict:
         b = before.get((name, engine), 0.0)
         key = next(k for k, n in _NAMES.items() if n == name)
         delta[key] += v - b if v >= b else v  # a series that went down restarted from zero
+    if not delta["prompt"]:  # no prompt tokens scheduled between the scrapes: no shares to give
+        return dict.fromkeys(("device", "external", "computed", "connector_hit_rate"), math.nan)
     out = {
         "device": delta["device"] / delta["prompt"],
         "external": delta["external"] / delta["prompt"],
@@ -150,7 +152,8 @@ def _(cache_sources, rng, scenario):
         for e in engines:
             restarted = rng.random() < 0.3
             b = {k: float(rng.randint(0, 50_000)) for k in _NAMES}
-            prompt = float(rng.randint(100, 20_000))
+            # case 1: no prompt tokens scheduled between the scrapes (the text: nan for all four)
+            prompt = 0.0 if i == 1 else float(rng.randint(100, 20_000))
             dev = float(rng.randint(0, int(prompt) // 2))
             queries = 0.0 if i == 0 else prompt - dev
             ext = float(rng.randint(0, int(queries) // 2)) if queries else 0.0

@@ -115,8 +115,9 @@ def _(place_experts):
 
 @question("13.a2a_bytes", points=2, answers=["a2a_bytes"])
 def _(a2a_bytes):
-    """a2a_bytes(config, ep_size, dispatch_bytes, combine_bytes) -> (dispatch, combine) bytes one
-    token sends to other ranks per MoE layer, in expectation, routing uniform, no deduplication."""
+    """a2a_bytes(config, ep_size, dispatch_bytes, combine_bytes) -> (dispatch, combine) bytes per MoE
+    layer for one token, in expectation: dispatch sent by the token's rank to its experts' other
+    ranks, combine sent back by those ranks; routing uniform, no deduplication."""
     d1, c1 = (float(x) for x in a2a_bytes(dict(_TINY), 1, 1, 2))
     assert d1 == 0 and c1 == 0, "with one rank every expert is local"
     d, c = (float(x) for x in a2a_bytes(dict(_TINY), 4, 1, 2))
