@@ -502,3 +502,22 @@ family(
     "lab_utils.routing:prefix_cache_counters",
     "+prometheus_parsers",
 )
+
+# --- lab 15 (reasoning models and agents) ------------------------------------------------------
+
+_R1 = "vllm.reasoning.deepseek_r1_reasoning_parser:DeepSeekR1ReasoningParser"
+family(
+    "reasoning_parsers",
+    "the output's split",
+    f"{_R1}.extract_reasoning",
+    "vllm.reasoning.basic_parsers:BaseThinkingReasoningParser.extract_reasoning",
+    "vllm.tool_parsers.hermes_tool_parser:Hermes2ProToolParser.extract_tool_calls",
+    # the build's format score reads the same tags (strictly; it is not a parser, but close)
+    "lab_utils.reasoning.build:score",
+)
+family(
+    "prefix_cache_model",
+    "the prefix-cache hits",
+    "+kv_manager",
+    "lab_utils.routing:cacheable_prefix_tokens",
+)

@@ -63,7 +63,7 @@ def reasoning_model_path() -> Path:
     if not reasoning_ready():
         with _locked(folder.parent / ".reasoning.lock"):
             if not reasoning_ready():
-                build(folder)
+                build_and_save(folder)
     return folder
 
 
@@ -232,7 +232,7 @@ def format_quality(model, tok, progress=print) -> dict:
     return quality
 
 
-def build(out: Path, progress=print) -> dict:
+def build_and_save(out: Path, progress=print) -> dict:
     """Fine-tune the course model and save it, with its tokenizer and template, into `out`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
