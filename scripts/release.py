@@ -81,7 +81,7 @@ Prometheus' page in lab 12), tunnel the port the cell prints: `ssh -L 9090:127.0
 # the repository's targets that do not work, or do not belong, in a learner's copy: the tests and
 # test tools, the GPU check, regenerating labs/ from solutions/, building a release, and the
 # grader's sandbox (bubblewrap is the instructor's tool; its install note is for them)
-INSTRUCTOR_TARGETS = ("test", "test-fast", "test-tools", "gpu-check", "labs", "release", "sandbox")
+INSTRUCTOR_TARGETS = ("test", "test-fast", "test-tools", "gpu-check", "labs", "release", "sandbox", "hub")
 MAKEFILE_HEADER = """# LLM Serving Lab (learner's copy)
 #
 #   make lab           set-up (.venv, course model, adapters, Triton server environment), then
@@ -99,7 +99,7 @@ def learner_makefile(text: str) -> str:
     paragraphs = text.split("\n\n")
     kept = []
     for para in paragraphs[1:]:  # the first paragraph is the repository's header comment
-        rule = next((ln for ln in para.splitlines() if ln and not ln.startswith("#")), "")
+        rule = next((ln for ln in para.splitlines() if ln and not ln.startswith(("#", ".PHONY"))), "")
         target = rule.split(":", 1)[0].strip()
         if ":" in rule and not rule.startswith((" ", "\t")) and "=" not in rule.split(":", 1)[0]:
             if target in INSTRUCTOR_TARGETS:

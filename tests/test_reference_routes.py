@@ -288,19 +288,23 @@ def test_a_pasted_hidden_reference_is_refused_without_naming_it(tmp_path):
 
 @pytest.mark.skipif(bool(__import__("grader.sandbox").sandbox.sandbox_problem()), reason="no sandbox")
 def test_in_the_sandbox_the_original_source_is_not_on_disk(tmp_path):
-    """The sandbox binds the question's library copy over the course library: reading the
-    reference's file by its real path gives the stub, and loading it by path gives the stub too."""
+    """The host's course library is not in the sandbox at all (its real path does not exist there),
+    and the library the runner sees holds the stub: reading the module's own file gives the stub,
+    and loading that file by path gives the stub too."""
     import lab_utils.kv.workload as m
     from grader.sandbox import Sandbox
 
     folder = _answers(
         tmp_path / "answers",
         f"""
-        import importlib.util, sys
+        import importlib.util, os, sys
+        import lab_utils.kv.workload as seen
         def answer(w):
-            text = open({m.__file__!r}).read()
+            host = {m.__file__!r}
+            assert not os.path.exists(host) or os.path.realpath(host) == os.path.realpath(seen.__file__), host
+            text = open(seen.__file__).read()
             assert "def never_used_fraction(*args, **kwargs)" in text, "the original source is visible"
-            spec = importlib.util.spec_from_file_location("lab_utils.kv.by_path", {m.__file__!r})
+            spec = importlib.util.spec_from_file_location("lab_utils.kv.by_path", seen.__file__)
             mod = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = mod
             spec.loader.exec_module(mod)
