@@ -89,6 +89,9 @@ triton-env:
 test-tools:
 	@bash scripts/apt_tool.sh docker-compose docker-compose "compose files are checked by schema only"
 	@[ -x /usr/lib/chromium/chromium ] || bash scripts/apt_tool.sh chromium chromium "the browser test (tests/test_browser.py) is skipped"
+	@if [ "$$(id -u)" = 0 ]; then bash docker/hub/hub.sh install >/dev/null \
+	  || echo "note: the class hub did not install; tests/test_class_hub.py's flow test is skipped"; \
+	 else echo "note: not root, so the class hub (real unix users) is not installed; its flow test is skipped"; fi
 
 # JupyterLab refuses to run as root unless told; containers and lab VMs often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
