@@ -41,11 +41,14 @@ LEAKS = [
 README = """# LLM Serving Lab (learner's copy)
 
 ```bash
-make lab              # set-up (.venv, course model, Triton server environment), then JupyterLab in labs/
+make lab              # .venv and the course model, then JupyterLab in labs/; the rest is built meanwhile
 make check LAB=02     # lab 02's public checks on labs/02_*.ipynb, from a terminal (CPU, no servers)
 ```
 
-The first `make lab` installs everything (a few minutes and a few GB); later runs take seconds.
+The first `make lab` builds the environment and the course model (about 2-3 minutes), opens JupyterLab,
+and builds the rest in the background (the draft model, lab 12's adapters, lab 13's MoE, lab 15's
+reasoning model, the Triton environment; a lab whose part is not ready yet says so in its set-up cell
+and waits, with the time left). Later runs take seconds.
 `python -m lab_utils.setup` reports each step. Every lab's `check("NN.name")` cells give you
 immediate feedback on public cases; `make check LAB=NN` runs a copy of your saved notebook (CPU
 mode, `LIGHT = True`, no servers started) and prints every question's public result (add
@@ -84,8 +87,8 @@ Prometheus' page in lab 12), tunnel the port the cell prints: `ssh -L 9090:127.0
 INSTRUCTOR_TARGETS = ("test", "test-fast", "test-tools", "gpu-check", "labs", "release", "sandbox", "hub")
 MAKEFILE_HEADER = """# LLM Serving Lab (learner's copy)
 #
-#   make lab           set-up (.venv, course model, adapters, Triton server environment), then
-#                      JupyterLab on 127.0.0.1 in labs/
+#   make lab           .venv and the course model, then JupyterLab on 127.0.0.1 in labs/; the rest
+#                      of the set-up is built in the background meanwhile (make lab-stop stops it)
 #   make check LAB=NN  one lab's public checks on labs/NN_*.ipynb (CPU mode, LIGHT, no servers);
 #                      NB=path/to/notebook.ipynb checks another copy
 #   make setup         the set-up alone (`python -m lab_utils.setup` reports each step)
