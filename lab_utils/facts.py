@@ -500,6 +500,17 @@ FACTS: dict[str, Fact] = {
         source="`pip index versions sglang`; installed and tried on the course machine (DESIGN.md, SGLang)",
         date="2026-12-05",
     ),
+    "pricing.anthropic_prompt_cache": Fact(
+        {"read": 0.1, "write_5m": 1.25, "write_1h": 2.0},
+        "Anthropic bills a prompt-cache read at 0.1x the model's input price, a write to the 5-minute cache at "
+        "1.25x and to the 1-hour cache at 2x; OpenAI's cache was implicit with no write surcharge until GPT-5.6, "
+        "whose cache writes bill above the plain input price",
+        source="docs.anthropic.com/en/docs/build-with-claude/prompt-caching as quoted by the claude-session-parser "
+        "0.2.3 docs (docs.rs, ModelPricing: reads 0.1x, 5-minute writes 1.25x, 1-hour writes 2x) and the "
+        "claude-telemetry-widget wiki (edited 2026-10-06); OpenAI: LangChain's deepagents reference, "
+        "CacheWriteBucket (reference.langchain.com). Secondary sources; the providers' own pages were not reachable",
+        date="2026-12-05",
+    ),
     "dynamo.version": Fact(
         "1.6.1",
         "NVIDIA Dynamo (PyPI ai-dynamo) is at 1.6.1: a frontend, a KV-aware router and prefill/decode "

@@ -749,6 +749,11 @@ TEXT: dict[str, list[tuple[str, str, Callable[[Any], str]]]] = {
     ],
     "sglang.version": [(NOTEBOOKS, r"\*\*SGLang (\d+\.\d+\.\d+)\*\*", lambda v: v["version"])],
     "dynamo.version": [(NOTEBOOKS, r"\*\*NVIDIA Dynamo (\d+\.\d+\.\d+)\*\*", str)],
+    "pricing.anthropic_prompt_cache": [
+        (NOTEBOOKS, r"Anthropic bills a cache read at (\d+(?:\.\d+)?)x", lambda v: f"{v['read']:g}"),
+        (NOTEBOOKS, r"a write to its 5-minute cache at (\d+(?:\.\d+)?)x", lambda v: f"{v['write_5m']:g}"),
+        (NOTEBOOKS, r"to its 1-hour cache at (\d+(?:\.\d+)?)x", lambda v: f"{v['write_1h']:g}"),
+    ],
     "llm_d.docs_version": [(NOTEBOOKS, r"\*\*llm-d (\d+\.\d+)\*\* \(its documentation", str)],
     "trtllm.engine_backend_removed": [
         (NOTEBOOKS, r"engine\s+backend\s+was\s+removed\s+in\s+(\d{4}-\d{2})", str)
