@@ -25,7 +25,6 @@ from lab_utils.bench.load import (
     intended_starts,
     knee_index,
     knee_rate_model,
-    percentiles,
 )
 from lab_utils.bench.manifests import (
     K8S_DIR,
@@ -37,10 +36,19 @@ from lab_utils.bench.manifests import (
 )
 
 
-def test_percentiles_match_numpy():
+def test_percentile_matches_numpy():
     np = pytest.importorskip("numpy")
+    from lab_utils.clients.loadgen import percentile
+
     xs = [0.3, 0.1, 0.9, 0.5, 0.2, 1.7]
-    assert percentiles(xs, [50, 95, 99]) == pytest.approx(list(np.percentile(xs, [50, 95, 99])))
+    assert [percentile(xs, q) for q in (50, 95, 99)] == pytest.approx(list(np.percentile(xs, [50, 95, 99])))
+
+
+def test_lab09s_percentiles_is_not_in_the_library():
+    """lab 09's question asks for `percentiles`; the reference is the grader's (issue 47 item 2)."""
+    import lab_utils.bench.load as load
+
+    assert not hasattr(load, "percentiles")
 
 
 def test_goodput_needs_both_targets_and_skips_failures():

@@ -88,5 +88,5 @@ def test_the_refusal_names_what_was_called():
     assert refusal("statistics:median") == (
         "`statistics.median` is not allowed here: the question asks you to write the median yourself"
     )
-    msg = refusal("lab_utils.kv.workload:never_used_fraction")
-    assert msg.startswith("the course's `never_used_fraction` is not allowed here")
+    msg = refusal("lab_utils.kv.workload:max_concurrent_requests")
+    assert msg.startswith("the course's `max_concurrent_requests` is not allowed here")

@@ -92,18 +92,18 @@ def test_a_forbidden_reference_refuses_learner_callers_however_reached(tmp_path)
         tmp_path / "a",
         """
         import functools
-        from lab_utils.kv.workload import never_used_fraction
+        from lab_utils.kv.workload import max_concurrent_requests
         from lab_utils.kv import KVCacheManager
-        same = never_used_fraction
-        wrapped = functools.partial(never_used_fraction)
-        def calls(w):
-            return never_used_fraction(w)
+        same = max_concurrent_requests
+        wrapped = functools.partial(max_concurrent_requests)
+        def calls(*w):
+            return max_concurrent_requests(*w)
         class Mine(KVCacheManager):
             pass
         """,
     )
-    forbid = ["lab_utils.kv.workload:never_used_fraction", "lab_utils.kv.kv_cache_manager:KVCacheManager"]
-    w = [WorkloadRequest("a", 0, 10, 5, 20)]
+    forbid = ["lab_utils.kv.workload:max_concurrent_requests", "lab_utils.kv.kv_cache_manager:KVCacheManager"]
+    w = (10, 5, 20, 1000)
     for name in ("same", "wrapped", "Mine"):  # refused as soon as it is asked for, before any call:
         r = _runner(folder, tmp_path, forbid)  # course code handed the reference would call it freely
         try:
@@ -111,7 +111,7 @@ def test_a_forbidden_reference_refuses_learner_callers_however_reached(tmp_path)
                 r.answer(name)
         finally:
             r.close()
-    for name, args in (("same", (w,)), ("wrapped", (w,)), ("calls", (w,)), ("Mine", (8, 4))):
+    for name, args in (("same", w), ("wrapped", w), ("calls", w), ("Mine", (8, 4))):
         r = _runner(folder, tmp_path, forbid)
         try:
             with pytest.raises(UsesReference):

@@ -243,7 +243,8 @@ def test_adapter_slots_round_the_slot_up_to_a_rank_vllm_accepts():
 
 def test_library_shortcuts_score_zero():
     """Each of these earned full marks before the helper it calls was forbidden."""
-    from lab_utils.bench.load import SLO, goodput_rps, percentiles
+    from lab_utils.bench.load import SLO, goodput_rps
+    from lab_utils.clients.loadgen import percentile
     from lab_utils.memory.lora import PROJECTIONS
     from lab_utils.sim import ContinuousBatching, StepCostModel, WorkloadRequest, simulate
 
@@ -264,7 +265,7 @@ def test_library_shortcuts_score_zero():
 
     def p90_from_bench(records):
         return {
-            c: percentiles([r["ttft"] for r in records if r["priority"] == c], (90,))[0]
+            c: percentile([r["ttft"] for r in records if r["priority"] == c], 90)
             for c in {r["priority"] for r in records}
         }
 

@@ -57,13 +57,28 @@ def test_a_learner_handing_in_the_solution_scores_zero_with_that_status(tmp_path
     assert outcome.total == 0 and "published solution" in feedback
 
 
-def test_a_pasted_reference_is_zeroed_and_a_renamed_one_flagged():
-    from lab_utils.kv.workload import never_used_fraction
+# lab 02's waste figure, which left the learner's copy for the grader (issue 47 item 2), stands in for
+# a reference the question forbids: the paste check reads any reference's source the same way
+WASTE = "grader.hidden.lab02:_ref_never_used"
 
-    source = inspect.getsource(never_used_fraction).replace("def never_used_fraction", "def contiguous_waste")
+
+def _waste_question():
+    from lab_utils.grading.registry import Question
+
+    return [
+        Question(
+            "02.contiguous_waste", 2, ("contiguous_waste",), fn=lambda contiguous_waste: None, forbid=(WASTE,)
+        )
+    ]
+
+
+def test_a_pasted_reference_is_zeroed_and_a_renamed_one_flagged():
+    from grader.hidden.lab02 import _ref_never_used
+
+    source = inspect.getsource(_ref_never_used).replace("def _ref_never_used", "def contiguous_waste")
     renamed = source.replace("reserved", "booked").replace("stored", "kept").replace("workload", "reqs")
     own = "def contiguous_waste(reqs):\n    total = 0\n    used = 0\n    for r in reqs:\n        total += r.prompt_len + r.max_tokens\n        used += r.prompt_len + r.output_len\n    return 1 - used / total\n"
-    qs = [q for q in questions_for("02") if q.id == "02.contiguous_waste"]
+    qs = _waste_question()
     pasted = pasted_references(notebook(source), qs)
     assert list(pasted.zeroed) == ["02.contiguous_waste"] and not pasted.flags
     flagged = pasted_references(notebook(renamed), qs)
@@ -92,14 +107,14 @@ def test_honest_answers_are_neither_zeroed_nor_flagged(lab):
 
 
 def test_the_paste_check_follows_the_helpers_an_answer_calls():
-    from lab_utils.kv.workload import never_used_fraction
+    from grader.hidden.lab02 import _ref_never_used
 
-    helper = inspect.getsource(never_used_fraction)
-    source = helper + "\n\ndef contiguous_waste(reqs):\n    return never_used_fraction(reqs)\n"
-    qs = [q for q in questions_for("02") if q.id == "02.contiguous_waste"]
+    helper = inspect.getsource(_ref_never_used)
+    source = helper + "\n\ndef contiguous_waste(reqs):\n    return _ref_never_used(reqs)\n"
+    qs = _waste_question()
     report = pasted_references(notebook(source), qs)
     assert "used by `contiguous_waste`" in report.zeroed["02.contiguous_waste"]
-    renamed = helper.replace("never_used_fraction", "mine").replace("reserved", "booked")
+    renamed = helper.replace("_ref_never_used", "mine").replace("reserved", "booked")
     flagged = pasted_references(notebook(renamed + "\n\ndef contiguous_waste(r):\n    return mine(r)\n"), qs)
     assert (
         not flagged.zeroed

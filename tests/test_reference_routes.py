@@ -23,8 +23,10 @@ from grader.remote import Runner, UsesReference
 from lab_utils.grading.registry import Question, get
 from lab_utils.kv.workload import WorkloadRequest
 
-NEVER_USED = "lab_utils.kv.workload:never_used_fraction"
-W = [WorkloadRequest("a", 0, 10, 5, 20), WorkloadRequest("b", 1, 30, 10, 50)]
+# the forbidden reference every route tries to reach: lab 02's concurrency figure (called on W)
+MAX_CONCURRENT = "lab_utils.kv.workload:max_concurrent_requests"
+W = (10, 5, 20, 1000)  # prompt_len, output_len, max_tokens, capacity_tokens
+WORKLOAD = [WorkloadRequest("a", 0, 10, 5, 20), WorkloadRequest("b", 1, 30, 10, 50)]
 
 
 def _answers(folder: Path, source: str) -> Path:
@@ -38,11 +40,11 @@ def _answers(folder: Path, source: str) -> Path:
     return folder
 
 
-def _question(forbid, qid="02.contiguous_waste") -> Question:
+def _question(forbid, qid="02.max_concurrent") -> Question:
     return Question(qid, 1.0, ("answer",), fn=lambda answer: None, forbid=tuple(forbid))
 
 
-def _call(tmp_path, source: str, forbid=(NEVER_USED,), args=(W,), qid="02.contiguous_waste"):
+def _call(tmp_path, source: str, forbid=(MAX_CONCURRENT,), args=(W,), qid="02.max_concurrent"):
     """Call `answer(*args)` in a runner judging a question that forbids `forbid`."""
     folder = _answers(tmp_path / "answers", source)
     q = _question(forbid, qid)
@@ -78,22 +80,23 @@ def test_an_honest_answer_runs_and_the_course_library_still_works(tmp_path):
         def answer(w):
             return sum(r.prompt_len for r in w) + len([WorkloadRequest("x", 0, 1, 1, 2)])
         """,
+        args=(WORKLOAD,),
     )
     assert got == 41
 
 
 def test_calling_the_reference_is_refused(tmp_path):
-    src = "from lab_utils.kv.workload import never_used_fraction\ndef answer(w):\n    return never_used_fraction(w)\n"
-    assert "never_used_fraction" in _refused(tmp_path, src)
+    src = "from lab_utils.kv.workload import max_concurrent_requests\ndef answer(w):\n    return max_concurrent_requests(*w)\n"
+    assert "max_concurrent_requests" in _refused(tmp_path, src)
 
 
 def test_the_closure_of_the_stand_in_holds_nothing(tmp_path):
     src = """
-    from lab_utils.kv.workload import never_used_fraction
+    from lab_utils.kv.workload import max_concurrent_requests
     def answer(w):
-        cells = never_used_fraction.__closure__ or ()
+        cells = max_concurrent_requests.__closure__ or ()
         real = [c.cell_contents for c in cells if callable(c.cell_contents)]
-        return real[0](w) if real else "no closure"
+        return real[0](*w) if real else "no closure"
     """
     assert _call(tmp_path, src) == "no closure"
 
@@ -105,7 +108,7 @@ def test_compile_under_a_course_file_name_is_not_trusted(tmp_path):
         import lab_utils.kv.workload as m
         def answer(w):
             ns = {}
-            exec(compile("from lab_utils.kv.workload import never_used_fraction as f\\nout = f(w)", m.__file__, "exec"),
+            exec(compile("from lab_utils.kv.workload import max_concurrent_requests as f\\nout = f(*w)", m.__file__, "exec"),
                  {"w": w}, ns)
             return ns["out"]
         """,
@@ -119,7 +122,7 @@ def test_reloading_the_module_gives_the_stub_again(tmp_path):
         import importlib
         import lab_utils.kv.workload as m
         def answer(w):
-            return importlib.reload(m).never_used_fraction(w)
+            return importlib.reload(m).max_concurrent_requests(*w)
         """,
     )
 
@@ -129,9 +132,9 @@ def test_a_function_built_from_the_references_code_is_the_stub(tmp_path):
         tmp_path,
         """
         import types
-        from lab_utils.kv.workload import never_used_fraction as f
+        from lab_utils.kv.workload import max_concurrent_requests as f
         def answer(w):
-            return types.FunctionType(f.__code__, f.__globals__)(w)
+            return types.FunctionType(f.__code__, f.__globals__)(*w)
         """,
     )
 
@@ -144,8 +147,8 @@ def test_exec_of_the_source_at_call_time_gives_the_stub(tmp_path):
         import lab_utils.kv.workload as m
         def answer(w):
             ns = dict(vars(m))
-            exec(inspect.getsource(m.never_used_fraction), ns)
-            return ns["never_used_fraction"](w)
+            exec(inspect.getsource(m.max_concurrent_requests), ns)
+            return ns["max_concurrent_requests"](*w)
         """,
     )
 
@@ -157,17 +160,17 @@ def test_a_runtime_copy_made_in_the_notebook_is_refused(tmp_path):
 
     import lab_utils.kv.workload as m
 
-    source = inspect.getsource(m.never_used_fraction)
+    source = inspect.getsource(m.max_concurrent_requests)
     msg = _refused(
         tmp_path,
         f"""
         from lab_utils.kv.workload import *
         exec({source!r})
         def answer(w):
-            return never_used_fraction(w)
+            return max_concurrent_requests(*w)
         """,
     )
-    assert "never_used_fraction" in msg
+    assert "max_concurrent_requests" in msg
 
 
 def test_loading_the_original_file_by_path_is_caught_when_it_runs(tmp_path):
@@ -183,7 +186,7 @@ def test_loading_the_original_file_by_path_is_caught_when_it_runs(tmp_path):
             mod = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = mod
             spec.loader.exec_module(mod)
-            return mod.never_used_fraction(w)
+            return mod.max_concurrent_requests(*w)
         """,
     )
 
@@ -200,7 +203,7 @@ def test_sys_modules_and_sys_path_tricks_are_caught(tmp_path):
                 del sys.modules[name]
             sys.modules.pop("lab_utils", None)
             importlib.invalidate_caches()
-            return importlib.import_module("lab_utils.kv.workload").never_used_fraction(w)
+            return importlib.import_module("lab_utils.kv.workload").max_concurrent_requests(*w)
         """,
     )
 
@@ -210,9 +213,9 @@ def test_pickling_the_reference_gives_the_stub(tmp_path):
         tmp_path,
         """
         import pickle
-        from lab_utils.kv.workload import never_used_fraction
+        from lab_utils.kv.workload import max_concurrent_requests
         def answer(w):
-            return pickle.loads(pickle.dumps(never_used_fraction))(w)
+            return pickle.loads(pickle.dumps(max_concurrent_requests))(*w)
         """,
     )
 
@@ -303,15 +306,15 @@ def test_in_the_sandbox_the_original_source_is_not_on_disk(tmp_path):
             host = {m.__file__!r}
             assert not os.path.exists(host) or os.path.realpath(host) == os.path.realpath(seen.__file__), host
             text = open(seen.__file__).read()
-            assert "def never_used_fraction(*args, **kwargs)" in text, "the original source is visible"
+            assert "def max_concurrent_requests(*args, **kwargs)" in text, "the original source is visible"
             spec = importlib.util.spec_from_file_location("lab_utils.kv.by_path", seen.__file__)
             mod = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = mod
             spec.loader.exec_module(mod)
-            return mod.never_used_fraction(w)
+            return mod.max_concurrent_requests(*w)
         """,
     )
-    q = _question((NEVER_USED,))
+    q = _question((MAX_CONCURRENT,))
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
     runner = Runner(
         folder,

@@ -169,13 +169,15 @@ def test_plan_memory_rule_and_fp8_kv_doubles_sequences():
 # -- quantizers -----------------------------------------------------------------------------
 def test_quantizer_error_bounds():
     torch = pytest.importorskip("torch")
-    from lab_utils.trtllm.quant import fake_quantize, group_quantize, predict_rms_error, quantize, rms_error
+    from grader.hidden.lab08 import _ref_predict
+    from lab_utils.trtllm.quant import fake_quantize, quantize, rms_error
 
     g = torch.Generator().manual_seed(0)
     w = torch.randn(48, 256, generator=g)
     w[3, 17] = 25.0  # an outlier
     for bits, qmax in ((8, 127), (4, 7)):
-        q, scale = group_quantize(w, bits, 64)
+        qw = quantize(w, bits, "group", 64)
+        q, scale = qw.q, qw.scale
         assert q.shape == w.shape and scale.shape == (48, 4)
         assert int(q.abs().max()) <= qmax
         w_hat = (q.float().reshape(48, 4, 64) * scale.unsqueeze(-1)).reshape(48, 256)
@@ -184,18 +186,23 @@ def test_quantizer_error_bounds():
     # finer scales never lose to coarser ones on this matrix; the outlier hurts per-tensor most
     errs = [rms_error(w, quantize(w, 4, gran, 64).dequantize()) for gran in ("tensor", "channel", "group")]
     assert errs[0] > errs[1] > errs[2]
-    # the uniform-rounding prediction is within 10% of the measurement
+    # the uniform-rounding prediction (the grader's reference for lab 08's) is within 10% of the measurement
     measured = rms_error(w, quantize(w, 4, "group", 64).dequantize())
-    assert abs(predict_rms_error(w, 4, 64) / measured - 1) < 0.1
+    assert abs(_ref_predict(w, 4, 64) / measured - 1) < 0.1
     # the fast in-place path computes the same matrix and bytes
     for gran in ("tensor", "channel", "group"):
         qw = quantize(w, 4, gran, 64)
         w_hat, nbytes = fake_quantize(w, 4, gran, 64)
         assert torch.allclose(w_hat, qw.dequantize()) and nbytes == qw.nbytes
     # 576 inputs in groups of 128: a short last group with its own scale
-    q, scale = group_quantize(torch.randn(4, 576, generator=g), 4, 128)
+    qw = quantize(torch.randn(4, 576, generator=g), 4, "group", 128)
+    q, scale = qw.q, qw.scale
     assert scale.shape == (4, 5) and q.shape == (4, 576)
     assert quantize(w, 4, "group", 64).nbytes == 48 * 256 // 2 + 48 * 4 * 2
+    # lab 08 asks for both: neither is in the learner's copy (issue 47 item 2)
+    import lab_utils.trtllm.quant as quant
+
+    assert not hasattr(quant, "group_quantize") and not hasattr(quant, "predict_rms_error")
 
 
 def test_awq_search_never_worse_than_plain_on_its_calibration():

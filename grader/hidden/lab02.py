@@ -138,10 +138,18 @@ def _replay(cls, rng, kinds: tuple[str, ...], num_traces: int = 12, chunks: bool
     return _fraction(passed, num_traces, "operation sequences")
 
 
+def _ref_never_used(workload) -> float:
+    """Internal fragmentation of contiguous slabs over their whole life: the share of all reserved
+    slots (prompt + max_tokens per request) that never hold a token. The grader's alone (issue 47
+    item 2): the check reaches it by name, so the fingerprint watch refuses a pasted copy."""
+    reserved = sum(r.prompt_len + r.max_tokens for r in workload)
+    stored = sum(r.prompt_len + r.output_len for r in workload)
+    return (reserved - stored) / reserved
+
+
 @hidden("02.contiguous_waste")
 def _(contiguous_waste, rng, scenario):
     from lab_utils.kv import make_workload
-    from lab_utils.kv.workload import never_used_fraction
 
     passed = 0
     for _ in range(10):
@@ -151,9 +159,7 @@ def _(contiguous_waste, rng, scenario):
             max_tokens=rng.choice([64, 256, 1024]),
             mean_output_len=rng.choice([5, 40, 200]),
         )
-        passed += math.isclose(
-            float(contiguous_waste(wl)), never_used_fraction(wl), rel_tol=1e-9, abs_tol=1e-12
-        )
+        passed += math.isclose(float(contiguous_waste(wl)), _ref_never_used(wl), rel_tol=1e-9, abs_tol=1e-12)
     return _fraction(passed, 10, "workloads")
 
 

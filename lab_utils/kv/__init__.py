@@ -30,7 +30,6 @@ from .workload import (
     WorkloadRequest,
     make_workload,
     max_concurrent_requests,
-    never_used_fraction,
     simulate_contiguous,
     simulate_paged,
 )
@@ -54,7 +53,6 @@ __all__ = [
     "make_workload",
     "max_concurrent_requests",
     "missing_members",
-    "never_used_fraction",
     "simulate_contiguous",
     "simulate_paged",
     "Frame",

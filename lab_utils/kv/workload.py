@@ -277,11 +277,3 @@ def max_concurrent_requests(
         "contiguous": capacity_tokens // (prompt_len + max_tokens),
         "paged": (capacity_tokens // block_size) // cdiv(prompt_len + output_len, block_size),
     }
-
-
-def never_used_fraction(workload: list[WorkloadRequest]) -> float:
-    """Internal fragmentation of contiguous slabs over their whole life: the share of all reserved
-    slots (prompt + max_tokens per request) that never hold a token."""
-    reserved = sum(r.prompt_len + r.max_tokens for r in workload)
-    stored = sum(r.prompt_len + r.output_len for r in workload)
-    return (reserved - stored) / reserved

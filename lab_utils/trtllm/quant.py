@@ -9,7 +9,7 @@ Symmetric integer quantization of a weight matrix W (out_features x in_features)
 The granularity decides which values share a scale: per-tensor (one), per-channel (one per output
 row), group-wise (one per `group_size` consecutive inputs of a row: AWQ/GPTQ use 128). An outlier
 only hurts the values that share its scale. Rounding makes an error of at most scale/2 per value;
-if it is spread evenly, its RMS is scale/sqrt(12) (`predict_rms_error`).
+if it is spread evenly, its RMS is scale/sqrt(12) (lab 08 asks you to predict it).
 
 AWQ (activation-aware, Lin et al. 2023) multiplies the input channels that see large activations
 by s > 1 before quantizing and divides the activations by s, so those weights lose less: s =
@@ -96,24 +96,6 @@ def _codes(w, scale, qmax):
     return torch.clamp(torch.round(w / scale), -qmax, qmax)
 
 
-def quantize_per_tensor(w, bits: int = 8) -> QuantizedWeight:
-    """One scale for the whole matrix."""
-    import torch
-
-    qmax = _qmax(bits)
-    scale = (w.abs().max() / qmax).clamp(min=1e-12).reshape(1, 1).float()
-    return QuantizedWeight(_codes(w, scale, qmax).to(torch.int8), scale, bits, w.shape[1])
-
-
-def quantize_per_channel(w, bits: int = 8) -> QuantizedWeight:
-    """One scale per output row."""
-    import torch
-
-    qmax = _qmax(bits)
-    scale = (w.abs().amax(dim=1, keepdim=True) / qmax).clamp(min=1e-12).float()  # (out, 1)
-    return QuantizedWeight(_codes(w, scale, qmax).to(torch.int8), scale, bits, w.shape[1])
-
-
 def _pad_to_groups(w, group_size: int):
     """Zero-pad the inputs to whole groups (zeros never change a group's max|w|)."""
     import torch
@@ -123,34 +105,28 @@ def _pad_to_groups(w, group_size: int):
     return torch.nn.functional.pad(w, (0, pad)) if pad else w
 
 
-def group_quantize(w, bits: int = 4, group_size: int = 128):
-    """Group-wise symmetric quantization: returns (q, scale) with q (out, in), scale (out, cdiv(in, group)).
+def quantize(w, bits: int, granularity: str = "group", group_size: int = 128) -> QuantizedWeight:
+    """Quantize with one of the three granularities ("tensor", "channel", "group").
 
-    A last group shorter than group_size (576 inputs in groups of 128) gets its own scale.
+    A per-channel scale is a group as wide as the row; a last group shorter than group_size (576
+    inputs in groups of 128) gets its own scale.
     """
     import torch
 
     qmax = _qmax(bits)
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0:
-        raise ValueError(f"group_size must be a positive whole number, got {group_size!r}")
     out, inp = w.shape
-    wp = _pad_to_groups(w, group_size)
-    wg = wp.reshape(out, -1, group_size)  # (out, groups, group_size)
+    if granularity == "tensor":
+        scale = (w.abs().max() / qmax).clamp(min=1e-12).reshape(1, 1).float()
+        return QuantizedWeight(_codes(w, scale, qmax).to(torch.int8), scale, bits, inp)
+    if granularity not in ("channel", "group"):
+        raise ValueError(f"granularity must be 'tensor', 'channel' or 'group', got {granularity!r}")
+    g = inp if granularity == "channel" else group_size
+    if isinstance(g, bool) or not isinstance(g, int) or g <= 0:
+        raise ValueError(f"group_size must be a positive whole number, got {g!r}")
+    wg = _pad_to_groups(w, g).reshape(out, -1, g)  # (out, groups, g)
     scale = (wg.abs().amax(dim=2, keepdim=True) / qmax).clamp(min=1e-12)  # (out, groups, 1)
     q = _codes(wg, scale, qmax).reshape(out, -1)[:, :inp].to(torch.int8)
-    return q, scale.reshape(out, -1).float()
-
-
-def quantize(w, bits: int, granularity: str = "group", group_size: int = 128) -> QuantizedWeight:
-    """Quantize with one of the three granularities ("tensor", "channel", "group")."""
-    if granularity == "tensor":
-        return quantize_per_tensor(w, bits)
-    if granularity == "channel":
-        return quantize_per_channel(w, bits)
-    if granularity == "group":
-        q, scale = group_quantize(w, bits, group_size)
-        return QuantizedWeight(q, scale, bits, group_size)
-    raise ValueError(f"granularity must be 'tensor', 'channel' or 'group', got {granularity!r}")
+    return QuantizedWeight(q, scale.reshape(out, -1).float(), bits, g)
 
 
 def fake_quantize(w, bits: int, granularity: str = "group", group_size: int = 128):
@@ -175,16 +151,6 @@ def fake_quantize(w, bits: int, granularity: str = "group", group_size: int = 12
     w_hat.round_().clamp_(-qmax, qmax).mul_(scale)
     w_hat = w_hat.reshape(out, -1)[:, :inp]
     return w_hat, math.ceil(w.numel() * bits / 8) + n_scales * SCALE_BYTES
-
-
-def predict_rms_error(w, bits: int = 4, group_size: int = 128) -> float:
-    """RMS rounding error predicted from the scales alone: errors uniform in +-scale/2 -> scale/sqrt(12)."""
-    qmax = _qmax(bits)
-    g = w.shape[1] if group_size is None else group_size
-    scale = _pad_to_groups(w, g).reshape(w.shape[0], -1, g).abs().amax(dim=2) / qmax  # (out, groups)
-    # weight each group's error variance by how many real (unpadded) inputs it has
-    sizes = _pad_to_groups(w.new_ones(1, w.shape[1]), g).reshape(1, -1, g).sum(dim=2)  # (1, groups)
-    return float(((scale.double().pow(2) * sizes.double()).sum() / (12 * w.numel())).sqrt())
 
 
 def rms_error(w, w_hat) -> float:
@@ -219,8 +185,9 @@ def awq_quantize(w, x, bits: int = 4, group_size: int = 128, grid: int = 11) -> 
             best_alpha, best_err = alpha, err
     s = act.pow(best_alpha)
     s = s / (s.max() * s.min()).sqrt()
-    q, scale = group_quantize(w * s, bits, group_size)
-    return QuantizedWeight(q, scale, bits, group_size, input_scale=s if best_alpha > 0 else None), best_alpha
+    qw = quantize(w * s, bits, "group", group_size)
+    qw.input_scale = s if best_alpha > 0 else None
+    return qw, best_alpha
 
 
 # -- the course model -----------------------------------------------------------------------

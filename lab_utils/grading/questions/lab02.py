@@ -48,8 +48,7 @@ def _ids(value) -> list[int] | None:
 @question(
     "02.contiguous_waste",
     points=2,
-    answers=["contiguous_waste"],
-    forbid=refs("never_used"),
+    answers=["contiguous_waste"],  # the reference is the grader's alone (issue 47 item 2)
 )
 def _(contiguous_waste):
     """Fraction of a contiguous allocator's reserved slots that never hold a token."""

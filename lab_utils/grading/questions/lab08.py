@@ -218,8 +218,7 @@ def _(legacy_to_llm_api):
 @question(
     "08.predicted_rms",
     points=3,
-    answers=["predict_rms_error"],
-    forbid=refs("quant_error"),
+    answers=["predict_rms_error"],  # nothing in the course library predicts it (issue 47 item 2)
     predict=True,
 )
 def _(predict_rms_error):
