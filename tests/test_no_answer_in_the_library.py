@@ -121,6 +121,9 @@ MODULES = [
     "lab_utils.kvtier.metrics",
     "lab_utils.engine.scheduler",
     "lab_utils.engine.sampler",
+    "lab_utils.engine.kv_quant",  # the quantized KV cache's bytes (lab 02, 02.kv_quant_capacity)
+    "lab_utils.engine.kv_quality",
+    "lab_utils.accuracy_gate",  # the gate (02.stream_agreement, 02.kv_gate)
     "lab_utils.tgi.measure",
     "lab_utils.tgi.protocol",
     "lab_utils.triton.recipes",

@@ -80,6 +80,38 @@ def predicted_blocks_saved(scenario):
     return sum(min(system // bs, (system + n - 1) // bs) for n in scenario["user_tokens"][1:])
 
 
+def kv_capacity(model, dtype, budget_bytes, block_size):
+    element = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1}[dtype]
+    scale = 4 if dtype == "int8" else 0
+    if "kv_lora_rank" in model:
+        per_token = model["num_layers"] * (
+            (model["kv_lora_rank"] + model["qk_rope_head_dim"]) * element + scale
+        )
+    else:
+        per_token = model["num_layers"] * 2 * model["num_kv_heads"] * (model["head_dim"] * element + scale)
+    return per_token, budget_bytes // (block_size * per_token)
+
+
+def stream_agreement(pairs):
+    first = []
+    for base, cand in pairs:
+        d = next((i for i, (a, b) in enumerate(zip(base, cand)) if a != b), None)
+        first.append(min(len(base), len(cand)) if d is None and len(base) != len(cand) else d)
+    return sum(d is None for d in first) / len(pairs), first
+
+
+def ship_or_hold(pairs, min_agreement, confidence):
+    import math
+
+    n, k = len(pairs), sum(list(a) == list(b) for a, b in pairs)
+    lo, hi = 0.0, 1.0
+    for _ in range(60 if k else 0):
+        p = (lo + hi) / 2
+        tail = sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
+        lo, hi = (p, hi) if tail < (1 - confidence) / 2 else (lo, p)
+    return "ship" if (lo + hi) / 2 * (k > 0) >= min_agreement else "hold"
+
+
 def lab02_answers(seed: int) -> dict:
     return {
         "contiguous_waste": contiguous_waste,
@@ -90,6 +122,9 @@ def lab02_answers(seed: int) -> dict:
         "predicted_prefix_hits": predicted_prefix_hits,
         "prefix_cache_delta": prefix_cache_delta,
         "predicted_blocks_saved": predicted_blocks_saved,
+        "kv_capacity": kv_capacity,
+        "stream_agreement": stream_agreement,
+        "ship_or_hold": ship_or_hold,
     }
 
 

@@ -381,3 +381,161 @@ def _(predicted_prefix_hits, prefix_cache_delta, rng, scenario):
         passed += got == want
         total += 1
     return _fraction(passed, total, "prefix-sharing cases and pairs of scrapes")
+
+
+# --- 02.kv_quant_capacity ------------------------------------------------------------------------
+
+_ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1}
+_SCALE_BYTES = {"int8": 4}  # one float32 scale per stored vector; fp8's scale is per tensor
+
+
+def kv_capacity_reference(model: dict, dtype: str, budget: int, block_size: int) -> tuple[int, int]:
+    """(bytes per token, whole blocks in the budget). GQA/MHA: K and V of every KV head are the
+    stored vectors; MLA: one latent with the rope key appended, per layer."""
+    e, s = _ELEMENT_BYTES[dtype], _SCALE_BYTES.get(dtype, 0)
+    if "kv_lora_rank" in model:
+        per_token = model["num_layers"] * ((model["kv_lora_rank"] + model["qk_rope_head_dim"]) * e + s)
+    else:
+        per_token = model["num_layers"] * 2 * model["num_kv_heads"] * (model["head_dim"] * e + s)
+    return per_token, budget // (block_size * per_token)
+
+
+def _kv_model(rng) -> dict:
+    if rng.random() < 0.35:  # MLA (DeepSeek-V2/V3, Kimi K2 shapes); heads listed, not cached
+        heads = rng.choice([16, 64, 128])
+        return {"num_layers": rng.choice([27, 60, 61, rng.randint(2, 64)]), "num_kv_heads": heads,
+                "num_attention_heads": heads, "kv_lora_rank": rng.choice([512, 256, 128]),
+                "qk_rope_head_dim": rng.choice([64, 32])}  # fmt: skip
+    heads = rng.choice([8, 16, 32, 64, 96])
+    kv = rng.choice([1, 2, 4, 8, heads])  # GQA, MQA or MHA
+    return {"num_layers": rng.randint(1, 96), "num_kv_heads": min(kv, heads), "num_attention_heads": heads,
+            "head_dim": rng.choice([32, 64, 80, 96, 128, 256])}  # fmt: skip
+
+
+@hidden("02.kv_quant_capacity")
+def _(kv_capacity, rng, scenario):
+    total, passed = 24, 0
+    for i in range(total):
+        model = _kv_model(rng)
+        dtype = "int8" if i % 4 == 0 else rng.choice(sorted(_ELEMENT_BYTES))
+        budget = rng.choice([rng.randint(10**5, 10**8), rng.randint(10**8, 80 * 2**30)])
+        block_size = rng.choice([1, 16, 32, 64, 128])
+        want = kv_capacity_reference(model, dtype, budget, block_size)
+        try:
+            got = tuple(int(float(x)) for x in kv_capacity(dict(model), dtype, budget, block_size))
+        except (TypeError, ValueError):
+            got = ()
+        passed += got == want
+    return _fraction(passed, total, "models, dtypes and budgets")
+
+
+# --- 02.stream_agreement -------------------------------------------------------------------------
+
+
+def _first_divergence(base: list[int], cand: list[int]) -> int | None:
+    for i, (a, b) in enumerate(zip(base, cand)):
+        if a != b:
+            return i
+    return None if len(base) == len(cand) else min(len(base), len(cand))
+
+
+def _stream_pair(rng, agree: bool) -> tuple[list[int], list[int]]:
+    n = rng.choice([0, rng.randint(1, 6), rng.randint(5, 40)])
+    base = [rng.randrange(rng.choice([3, 50000])) for _ in range(n)]
+    if agree:
+        return base, list(base)
+    how = rng.choice(["token", "token", "shorter", "longer"])
+    if how == "shorter" and base:
+        return base, base[: rng.randrange(len(base))]
+    if how == "longer" or not base:
+        return base, base + [rng.randrange(50000) for _ in range(rng.randint(1, 5))]
+    cand = list(base)
+    i = rng.randrange(n)
+    cand[i] = (cand[i] + rng.randint(1, 9)) % 50009
+    if rng.random() < 0.5:  # after a divergence the streams usually part for good
+        cand[i + 1 :] = [rng.randrange(50000) for _ in range(rng.randint(0, n))]
+    return base, cand
+
+
+@hidden("02.stream_agreement")
+def _(stream_agreement, rng, scenario):
+    total, passed = 16, 0
+    for _ in range(total):
+        p = rng.choice([0.0, 0.3, 0.8, 1.0])
+        pairs = [_stream_pair(rng, rng.random() < p) for _ in range(rng.randint(1, 12))]
+        want_first = [_first_divergence(a, b) for a, b in pairs]
+        want_share = sum(d is None for d in want_first) / len(pairs)
+        try:
+            share, first = stream_agreement([(list(a), list(b)) for a, b in pairs])
+            first = [None if d is None else int(d) for d in first]
+            ok = math.isclose(float(share), want_share, abs_tol=1e-9) and first == want_first
+        except (TypeError, ValueError):
+            ok = False
+        passed += ok
+    return _fraction(passed, total, "sets of token streams")
+
+
+# --- 02.kv_gate ----------------------------------------------------------------------------------
+
+
+def clopper_pearson_low(k: int, n: int, confidence: float) -> float:
+    """The lower end of the two-sided exact (Clopper-Pearson) interval of k/n: 0 when k = 0, else
+    the p where P(X >= k | n, p) = (1 - confidence) / 2 (bisection; numpy, so a case is quick)."""
+    import numpy as np
+
+    if k == 0:
+        return 0.0
+    i = np.arange(k, n + 1)
+    log_comb = np.array(
+        [math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) for j in range(k, n + 1)]
+    )
+    target, lo, hi = (1 - confidence) / 2, 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        tail = float(np.exp(log_comb + i * math.log(mid) + (n - i) * math.log1p(-mid)).sum())
+        lo, hi = (mid, hi) if tail < target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def gate_reference(k: int, n: int, min_agreement: float, confidence: float) -> str:
+    """Ship when the two-sided Clopper-Pearson lower end of k/n reaches min_agreement (ties ship)."""
+    return "ship" if clopper_pearson_low(k, n, confidence) >= min_agreement else "hold"
+
+
+def _gate_case(rng) -> tuple[int, int, float, float]:
+    """A sample and a bound near its interval's lower end: below it (ship), between it and the point
+    estimate (hold, though the point estimate clears; some below a one-sided interval's end), or
+    above both (hold). The lower end is kept at
+    least 1e-6 from the bound (the text promises it)."""
+    while True:
+        n = rng.choice([rng.randint(3, 30), rng.randint(30, 400)])
+        k = n - rng.choice([0, rng.randint(0, max(1, n // 4)), rng.randint(0, n)])
+        confidence = rng.choice([0.9, 0.95, 0.99])
+        low = clopper_pearson_low(k, n, confidence)
+        where = rng.choice(["ship", "one-sided", "between", "between", "above"])
+        if where == "ship":
+            bound = low - rng.uniform(0, min(low, 0.05))
+        elif where == "one-sided":  # where a one-sided interval (all of 1 - confidence below) would ship
+            bound = low + rng.uniform(0, clopper_pearson_low(k, n, 2 * confidence - 1) - low)
+        elif where == "between":
+            bound = low + rng.uniform(0, k / n - low)
+        else:
+            bound = min(1.0, k / n + rng.uniform(0, 0.05))
+        bound = round(bound, 4)
+        if abs(low - bound) > 1e-6 and 0 < bound <= 1:
+            return k, n, bound, confidence
+
+
+@hidden("02.kv_gate")
+def _(ship_or_hold, rng, scenario):
+    cases = [_gate_case(rng) for _ in range(30)]
+    passed = 0
+    for k, n, m, c in cases:
+        pairs = [_stream_pair(rng, True) for _ in range(k)] + [_stream_pair(rng, False) for _ in range(n - k)]
+        rng.shuffle(pairs)
+        try:
+            got = str(ship_or_hold([(list(a), list(b)) for a, b in pairs], m, c))
+        except (TypeError, ValueError):
+            got = ""
+        passed += got == gate_reference(k, n, m, c)
+    return _fraction(passed, len(cases), "paired samples")

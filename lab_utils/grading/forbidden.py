@@ -198,6 +198,22 @@ family(
     "engine_kv_sizing", "the KV-cache sizing", "lab_utils.engine.model_runner:ModelRunner.kv_bytes_per_block"
 )
 family(
+    "kv_dtype_sizing",
+    "the bytes of a quantized KV cache",
+    "lab_utils.engine.kv_quant:engine_kv_bytes_per_token",
+    "lab_utils.engine.kv_quant:kv_cache_dtype",
+    "+engine_kv_sizing",
+    "+kv_sizing",
+)
+family(
+    "accuracy_gate",
+    "the exact interval and the gate",
+    "lab_utils.accuracy_gate:clopper_pearson",
+    "lab_utils.accuracy_gate:gate_agreement",
+    "lab_utils.accuracy_gate:gate_paired",
+    "lab_utils.accuracy_gate:paired_bootstrap",
+)
+family(
     "tp_checks",
     "the parallelism rules",
     "lab_utils.deploy.parallel:parallel_problems",

@@ -273,3 +273,85 @@ def _(predicted_prefix_hits, prefix_cache_delta):
     after = _BEFORE.replace("256.0", "512.0").replace("1000.0", "1600.0")
     hits, queries = (float(x) for x in prefix_cache_delta(_BEFORE, after))
     assert 0 < hits <= queries, "counters only grow, and a hit is a queried token that was found"
+
+
+# --- 02.kv_quant_capacity (predict, then measure) ----------------------------------------------------
+
+
+_GQA = {"num_layers": 4, "num_kv_heads": 2, "num_attention_heads": 8, "head_dim": 16}
+_MLA = {"num_layers": 3, "num_kv_heads": 16, "num_attention_heads": 16, "kv_lora_rank": 32,
+        "qk_rope_head_dim": 8}  # fmt: skip
+
+
+def _capacity(kv_capacity, model: dict, dtype: str, budget: int, block_size: int) -> tuple[int, int]:
+    got = tuple(kv_capacity(dict(model), dtype, budget, block_size))
+    assert len(got) == 2, "return (bytes per token, number of blocks)"
+    per_token, blocks = float(got[0]), float(got[1])
+    assert per_token == int(per_token) and blocks == int(blocks), "bytes and blocks are whole numbers"
+    return int(per_token), int(blocks)
+
+
+@question(
+    "02.kv_quant_capacity",
+    points=3,
+    answers=["kv_capacity"],
+    predict=True,
+    forbid=refs("kv_dtype_sizing"),
+)
+def _(kv_capacity):
+    """kv_capacity(model, dtype, budget_bytes, block_size): (KV bytes per token with the
+    dtype's scales, whole KV blocks that fit in the budget), for a GQA or an MLA model."""
+    budget, bs = 1 << 20, 16
+    half, full = (
+        _capacity(kv_capacity, _GQA, "fp8_e4m3", budget, bs),
+        _capacity(kv_capacity, _GQA, "bfloat16", budget, bs),
+    )
+    assert half[0] < full[0] and half[1] > full[1], "a one-byte element holds more tokens than a two-byte one"
+    int8 = _capacity(kv_capacity, _GQA, "int8", budget, bs)
+    assert int8[0] != half[0], "int8 and fp8 both store one byte per element: what else does int8 store?"
+    for per_token, blocks in (half, full, int8):
+        assert blocks * bs * per_token <= budget < (blocks + 1) * bs * per_token, (
+            "whole blocks that fit in the budget, and one more would not"
+        )
+    mla = _capacity(kv_capacity, _MLA, "bfloat16", budget, bs)
+    wide = _capacity(
+        kv_capacity, dict(_MLA, num_kv_heads=128, num_attention_heads=128), "bfloat16", budget, bs
+    )
+    assert mla == wide, "an MLA layer caches one latent per token, whatever its number of heads"
+
+
+# --- 02.stream_agreement ---------------------------------------------------------------------------
+
+
+@question("02.stream_agreement", points=2, answers=["stream_agreement"], forbid=refs("accuracy_gate"))
+def _(stream_agreement):
+    """stream_agreement(pairs): (share of prompts whose candidate stream equals the baseline's, the
+    first divergence of each pair: index of the first differing token, None when identical)."""
+    pairs = [([5, 6, 7], [5, 6, 7]), ([5, 6, 7], [5, 9, 7])]
+    share, first = stream_agreement([(list(a), list(b)) for a, b in pairs])
+    first = [None if d is None else int(d) for d in first]
+    assert abs(float(share) - 0.5) < 1e-12, "one of the two prompts came out the same"
+    assert first == [None, 1], "None where the streams are identical, else where they first differ (from 0)"
+    share, first = stream_agreement([([5, 6, 7, 8], [5, 6])])
+    assert float(share) == 0.0 and list(first)[0] is not None, (
+        "a candidate that stops early is not the same stream"
+    )
+
+
+# --- 02.kv_gate -------------------------------------------------------------------------------------
+
+
+def _pairs(k: int, n: int) -> list[tuple[list[int], list[int]]]:
+    return [([1, 2, 3], [1, 2, 3]) if i < k else ([1, 2, 3], [1, 2, 4]) for i in range(n)]
+
+
+@question("02.kv_gate", points=3, answers=["ship_or_hold"], forbid=refs("accuracy_gate"))
+def _(ship_or_hold):
+    """ship_or_hold(pairs, min_agreement, confidence): "ship" when the exact (Clopper-Pearson)
+    interval's lower end of the identical-stream share reaches min_agreement, else "hold"."""
+    got = str(ship_or_hold(_pairs(10, 10), 0.5, 0.95))
+    assert got in ("ship", "hold"), 'the answer is "ship" or "hold"'
+    assert got == "ship", "ten identical prompts out of ten are enough to show half of them agree"
+    assert str(ship_or_hold(_pairs(9, 10), 0.85, 0.95)) == "hold", (
+        "the point estimate clears the bound here; does the interval?"
+    )
