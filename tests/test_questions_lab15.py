@@ -18,6 +18,7 @@ QUESTIONS = {
     "15.split_output": "split_output",
     "15.session_hits": "session_hits",
     "15.session_cost": "session_cost",
+    "15.budget_cut": "budget_cut",
 }
 
 
@@ -119,3 +120,47 @@ def test_ignoring_the_minimum_cacheable_prompt_fails(solution):
         return solution["session_cost"](turns, dict(prices, min_cache_tokens=0), cached)
 
     assert not _run("15.session_cost", cost)
+
+
+def test_a_budget_model_that_replaces_the_models_token_fails(solution):
+    """The server inserts the forced end: the model's own token comes after it, not instead of it."""
+
+    def replaced(prompt, wanted, budget, start, end):
+        got = solution["budget_cut"](prompt, wanted, budget, start, end)
+        out = list(got["output"])
+        for i in range(len(out) - 1, 0, -1):
+            if out[i - 1] == end and out[i] != end and got["forced"]:
+                del out[i]
+                break
+        return {**got, "output": out}
+
+    assert not _run("15.budget_cut", replaced)
+
+
+def test_a_budget_that_ignores_the_prompts_open_thought_fails(solution):
+    def fresh(prompt, wanted, budget, start, end):
+        return solution["budget_cut"]([], wanted, budget, start, end)
+
+    assert not _run("15.budget_cut", fresh)
+
+
+def test_one_budget_for_all_thoughts_fails(solution):
+    def shared(prompt, wanted, budget, start, end):
+        if budget is None:
+            return solution["budget_cut"](prompt, wanted, budget, start, end)
+        out, held, inside, thinking, forced, i = [], 0, False, 0, 0, 0
+        while i < len(wanted):
+            if inside and held >= budget and wanted[i] != end:
+                tok, forced = end, forced + 1
+            else:
+                tok, i = wanted[i], i + 1
+            out.append(tok)
+            if inside and tok == end:
+                inside = False  # the count is not reset
+            elif inside:
+                held, thinking = held + 1, thinking + 1
+            elif tok == start:
+                inside = True
+        return {"output": out, "thinking": thinking, "forced": forced}
+
+    assert not _run("15.budget_cut", shared)

@@ -119,6 +119,77 @@ def _(split_output, rng, scenario):
     assert not wrong, f"wrong on {wrong} of {n} unseen completions"
 
 
+# --------------------------------------------------------------------------- 15.budget_cut
+
+
+def _ref_budget(prompt, wanted, budget, start, end):
+    last_s = max((i for i, t in enumerate(prompt) if t == start), default=-1)
+    last_e = max((i for i, t in enumerate(prompt) if t == end), default=-1)
+    open_, count = last_s > last_e, (len(prompt) - last_s - 1 if last_s > last_e else 0)
+    out, thinking, forced = [], 0, 0
+    queue = list(wanted)
+    while queue:
+        if open_ and budget is not None and count >= budget and queue[0] != end:
+            tok, forced = end, forced + 1  # inserted: the model's token comes next
+        else:
+            tok = queue.pop(0)
+        out.append(tok)
+        if open_ and tok == end:
+            open_, count = False, 0
+        elif open_:
+            count, thinking = count + 1, thinking + 1
+        elif tok == start:
+            open_, count = True, 0
+    return {"output": out, "thinking": thinking, "forced": forced}
+
+
+def _budget_case(rng):
+    start, end = rng.sample(range(1000, 60000), 2)
+    words = [rng.randrange(0, 900) for _ in range(40)]
+
+    def text(lo, hi):
+        return [rng.choice(words) for _ in range(rng.randint(lo, hi))]
+
+    prompt = text(0, 12)
+    kind = rng.random()
+    if kind < 0.3:  # the template opened the thought in the prompt
+        prompt += [start] + text(0, 8)
+    elif kind < 0.45:  # a closed thought in the prompt (an earlier turn kept its thinking)
+        prompt += [start] + text(0, 5) + [end] + text(0, 4)
+    wanted = []
+    in_prompt_open = kind < 0.3
+    if not in_prompt_open and rng.random() < 0.9:
+        wanted += text(0, 2) + [start]
+    wanted += text(0, 25)
+    if rng.random() < 0.85:
+        wanted += [end] + text(0, 10)
+        if rng.random() < 0.3:  # a second thought later in the answer
+            wanted += [start] + text(0, 12) + ([end] + text(0, 4) if rng.random() < 0.7 else [])
+        if rng.random() < 0.2:  # a stray closing tag in the answer
+            wanted += [end] + text(0, 3)
+    budget = rng.choice([None, 0, 1, 2, 3, 5, 8, 13, 20, 40])
+    return prompt, wanted, budget, start, end
+
+
+@hidden("15.budget_cut")
+def _(budget_cut, rng, scenario):
+    wrong, n = 0, 40
+    for _ in range(n):
+        prompt, wanted, budget, start, end = _budget_case(rng)
+        want = _ref_budget(prompt, wanted, budget, start, end)
+        try:
+            got = dict(budget_cut(list(prompt), list(wanted), budget, start, end))
+            ok = (
+                [int(t) for t in got["output"]] == want["output"]
+                and int(got["thinking"]) == want["thinking"]
+                and int(got["forced"]) == want["forced"]
+            )
+        except (KeyError, TypeError, ValueError):
+            ok = False
+        wrong += not ok
+    assert not wrong, f"wrong on {wrong} of {n} unseen prompts, streams and budgets"
+
+
 # --------------------------------------------------------------------------- 15.session_hits
 
 

@@ -532,6 +532,13 @@ family(
     "lab_utils.reasoning.build:score",
 )
 family(
+    "thinking_budget",
+    "the thinking budget's effect",
+    "vllm.v1.sample.thinking_budget_state:ThinkingBudgetStateHolder",
+    "vllm.v1.sample.thinking_budget_state:ThinkingBudgetStateHolder.update_state",
+    "vllm.v1.sample.thinking_budget_state:ThinkingBudgetStateHolder.apply_to_logits",
+)
+family(
     "prefix_cache_model",
     "the prefix-cache hits",
     "+kv_manager",

@@ -1,5 +1,6 @@
 """Lab 15 (reasoning models and agents): split a raw completion into reasoning, answer and tool
-calls by the rules of vLLM's deepseek_r1 and hermes parsers; predict the prefix-cache hits of an
+calls by the rules of vLLM's deepseek_r1 and hermes parsers; predict what a thinking budget does
+to a token stream (a prediction, measured on the served model); predict the prefix-cache hits of an
 agent-session trace on replicas behind a router (a prediction, measured on one engine); and the
 price of a session under a provider's prompt-cache price sheet.
 
@@ -55,6 +56,29 @@ def _(split_output):
     calls = [dict(c) for c in call["tool_calls"]]
     assert len(calls) == 1 and calls[0].get("name") == "f", "one call to f: {'name': 'f', 'arguments': {...}}"
     assert dict(calls[0]["arguments"]) == {"x": 1}, "the arguments as parsed JSON"
+
+
+@question(
+    "15.budget_cut",
+    points=3,
+    answers=["budget_cut"],
+    predict=True,
+    forbid=refs("thinking_budget", "reasoning_parsers"),
+)
+def _(budget_cut):
+    """budget_cut(prompt, wanted, budget, start, end): {"output", "thinking", "forced"}: what a
+    server with a thinking budget returns when the model would write `wanted`, in the lab's model."""
+    wanted = [7, 1, 2, 3, 8, 5]  # 7 opens a thought, 8 closes it
+    free = dict(budget_cut([4, 4], list(wanted), None, 7, 8))
+    assert set(free) == {"output", "thinking", "forced"}, "return {'output', 'thinking', 'forced'}"
+    assert [int(t) for t in free["output"]] == wanted and int(free["forced"]) == 0, (
+        "without a budget the output is what the model wanted"
+    )
+    assert int(free["thinking"]) == 3, "the tokens between the tags are the thinking"
+    cut = dict(budget_cut([4, 4], list(wanted), 1, 7, 8))
+    out = [int(t) for t in cut["output"]]
+    assert int(cut["thinking"]) <= 1 and int(cut["forced"]) >= 1, "a budget of 1 stops a thought of 3"
+    assert out[0] == 7 and 8 in out, "the thought still opens, and is closed"
 
 
 @question(
