@@ -18,6 +18,7 @@ this is the check that catches it), and the settings keep what the one-machine h
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from pathlib import Path
@@ -117,23 +118,12 @@ def _unknown_keys(values: dict) -> list[str]:
         if not isinstance(node, dict):
             continue
         for key in sorted(set(node) - known):
-            close = [k for k in sorted(known) if k.lower() == key.lower() or _near(k, key)]
+            close = difflib.get_close_matches(key, sorted(known), n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             out.append(
                 f"{(path + '.' if path else '')}{key}: not a key of the {CHART}{hint}; Helm would ignore it"
             )
     return out
-
-
-def _near(a: str, b: str) -> bool:
-    """One edit apart (a typo)."""
-    if abs(len(a) - len(b)) > 1:
-        return False
-    if len(a) == len(b):
-        diff = [i for i in range(len(a)) if a[i] != b[i]]
-        return len(diff) == 1 or (len(diff) == 2 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
-    s, t = (a, b) if len(a) < len(b) else (b, a)
-    return any(t[:i] + t[i + 1 :] == s for i in range(len(t)))
 
 
 def _secrets(node, path: str = "") -> list[str]:
