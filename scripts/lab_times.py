@@ -12,6 +12,11 @@ the wall time, the error cells and the cells that take the time. The machine is 
 Each run gets its own process group, stopped whole when it passes --timeout; the servers a lab
 starts stop with their kernel (lab_utils.servers). Writes OUT/lab-times.md, OUT/lab-times.json and
 the executed notebooks under OUT/executed/. Exit status 0 when every run ended without an error cell.
+
+The LIGHT figure a lab's title states is CI's: the solution's run through the grader in
+tests/test_notebooks.py. `stated_light_seconds` reads it from the title in one form (STATED_FORM),
+and `time_problem` says when a run is more than OFF_FACTOR off it; tests/test_lab_times.py holds
+every lab to the form, tests/test_notebooks.py compares the figure with the session's solution runs.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -30,6 +36,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SLOW_CELL_S = 5.0  # cells at least this long are listed as where the time goes
+# The one form in which a solution's title cell states its LIGHT run through the grader in CI
+STATED_LIGHT = re.compile(r"`LIGHT = True` through the grader in CI (\d+(?:\.\d+)?) s\b")
+STATED_FORM = "`LIGHT = True` through the grader in CI N s (CI run of YYYY-MM-DD, 2 cores)"
+OFF_FACTOR = 2.0  # a stated figure more than this far from a measured run, either way, is wrong
 
 
 def machine() -> str:
@@ -72,6 +82,41 @@ def cell_times(executed: Path) -> tuple[list[dict], int]:
             first = next((ln.strip() for ln in source.splitlines() if ln.strip()), "")[:60]
             slow.append({"cell": i, "seconds": round(took, 1), "first": first})
     return sorted(slow, key=lambda c: -c["seconds"]), errors
+
+
+def stated_light_seconds(path: Path) -> float:
+    """The seconds a solution's title cell (its first markdown cell) states for its LIGHT run through
+    the grader in CI, read from the one sentence of STATED_FORM.
+
+    Raises:
+        ValueError: naming the lab and the sentence to add, when the title states it not once.
+    """
+    cells = json.loads(path.read_text()).get("cells", [])
+    title = next((c for c in cells if c.get("cell_type") == "markdown"), {})
+    found = STATED_LIGHT.findall("".join(title.get("source", "")))
+    if len(found) == 1:
+        return float(found[0])
+    how = "states it twice" if found else "does not state it"
+    raise ValueError(
+        f"{path.name}: the title cell {how} in the one form the tests read; put exactly one "
+        f'"{STATED_FORM}" in its run-time paragraph, N being the duration of '
+        f"tests/test_notebooks.py::test_solution_scores_full_marks[{path.stem}] in CI's last run"
+    )
+
+
+def time_problem(lab: str, stated: float, measured: float, factor: float = OFF_FACTOR) -> str | None:
+    """None when `measured` seconds are within `factor` of the `stated` ones either way; else what is
+    off and what to change."""
+    if stated / factor <= measured <= stated * factor:
+        return None
+    way = "slower" if measured > stated else "faster"
+    return (
+        f"{lab}: the title states `LIGHT = True` through the grader in CI {stated:g} s, but this "
+        f"session's solution run took {measured:.0f} s, more than {factor:g}x {way}. If this run is "
+        f"CI's and the lab changed, put {measured:.0f} s and the run's date in the title's sentence; "
+        f"if the run is slow for another reason, find the cell (papermill's durations, "
+        f"out/silent-cells.md) and make it fast again"
+    )
 
 
 def run_one(path: Path, light: bool, timeout: float, out: Path) -> dict:

@@ -3,6 +3,8 @@
 For every lab in solutions/ (labs added later are picked up automatically):
 
 - the solution runs in CPU mode under grading seed A and scores full marks;
+- that run's wall time through the grader is within 2x, either way, of the time the lab's title
+  states ("`LIGHT = True` through the grader in CI N s", scripts/lab_times.py reads it);
 - the same run's saved answers become four bypass submissions (`grader.memorise`): *memorised*
   (values typed in, answer functions replaced by lookup tables of the public checks' cases),
   *imported* (each forbidden reference under the answer's name), *pasted* (each reference's source
@@ -19,8 +21,10 @@ time on a 2-core machine. LAB_FULL=1 runs the solutions at their default sizes, 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import time
 from pathlib import Path
 
 import nbformat
@@ -44,6 +48,9 @@ IDS = [p.stem for p in SOLUTIONS]
 NOTEBOOK_TIMEOUT = float(os.environ.get("LAB_NOTEBOOK_TIMEOUT", 1200))
 SEED_A, SEED_B = 20261201, 777  # two grading seeds; each notebook's scenario seed derives from them
 SKIP_SERVERS = {"RUN_VLLM": False, "RUN_REAL": False}
+_spec = importlib.util.spec_from_file_location("lab_times", REPO / "scripts" / "lab_times.py")
+lab_times = importlib.util.module_from_spec(_spec)  # the stated-time parser and the 2x comparison
+_spec.loader.exec_module(lab_times)
 
 
 def _grade(path: Path, out: Path, parameters: dict, seed: int, figure_check: bool = False) -> tuple:
@@ -69,6 +76,7 @@ def _params(**extra) -> dict:
 
 
 _RUNS: dict[str, tuple] = {}
+_SECONDS: dict[str, float] = {}  # each solution run's wall time through the grader: what a title states
 
 
 @pytest.fixture(scope="session")
@@ -78,7 +86,9 @@ def solution_run(tmp_path_factory):
     def run(path: Path):
         if path.name not in _RUNS:
             out = tmp_path_factory.mktemp(f"sol-{path.name[:2]}")
+            started = time.monotonic()
             _RUNS[path.name] = (*_grade(path, out, _params(), SEED_A, figure_check=True), out)
+            _SECONDS[path.name] = time.monotonic() - started
         return _RUNS[path.name]
 
     return run
@@ -219,6 +229,23 @@ def test_student_copy_runs_to_the_end_and_scores_zero(path, tmp_path):
     assert len(outcome.scores) == len(questions_for(path.name[:2])) >= 2
     _record(path.name[:2], "stub", outcome.total, sum(outcome.possible.values()))
     assert _last_student_cell_ran(tmp_path, path.name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SOLUTIONS, ids=IDS)
+def test_zz_stated_light_time_within_2x_of_this_run(path):
+    """The LIGHT time a lab's title states (`LIGHT = True` through the grader in CI N s) is within 2x,
+    either way, of this session's solution run through the grader (timed in `solution_run`; nothing
+    runs again here). tests/test_lab_times.py checks the form and the comparison without a run."""
+    if os.environ.get("LAB_FULL") == "1":
+        pytest.skip("LAB_FULL=1 ran the default sizes: the title's figure is for LIGHT = True")
+    if path.name not in _SECONDS:
+        pytest.skip(f"{path.stem}'s solution did not run in this session")
+    outcome = _RUNS[path.name][0]
+    if outcome.status != "ok":
+        pytest.skip(f"{path.stem}'s solution run ended {outcome.status}: its time is not the lab's")
+    problem = lab_times.time_problem(path.stem, lab_times.stated_light_seconds(path), _SECONDS[path.name])
+    assert problem is None, problem
 
 
 @pytest.mark.slow
