@@ -135,7 +135,7 @@ def static_slot_utilisation(lens):
     return sum(lens) / (len(lens) * max(lens))
 
 
-def my_schedule(state):
+def my_schedule(state, watermark):
     from lab_utils.sim import SchedulerOutput
 
     cfg, plan = state.config, SchedulerOutput()
@@ -165,13 +165,16 @@ def my_schedule(state):
         n = min(n, budget)
         if state.kv.allocate_slots(req, n) is None:
             break
+        if state.kv.num_free_blocks < watermark:
+            state.kv.free(req)
+            break
         state.admit(req)
         tokens[req.request_id] = n
         budget -= n
     return plan
 
 
-def decodes_first_schedule(state):
+def decodes_first_schedule(state, watermark):
     """vLLM v0's order (decodes, then prompt chunks) with a bug: it admits even after a preemption."""
     from lab_utils.sim import SchedulerOutput
 
@@ -407,6 +410,10 @@ def test_wrong_but_plausible_answers_fail():
     for fixed in ((20_000, [8]), (30_000, [16]), (10_000, [])):
         assert _graded("03.dynamic_batcher", {"choose_batcher": lambda s, f=fixed: f}).earned < 1.5, fixed
     assert _graded("03.continuous_step", {"my_schedule": decodes_first_schedule}).earned < 4
+    # the watermark ignored (vLLM v1's step), counted with the new request's blocks still free,
+    # or held one block too high
+    assert _graded("03.continuous_step", {"my_schedule": lambda s, w: my_schedule(s, 0)}).earned == 0
+    assert _graded("03.continuous_step", {"my_schedule": lambda s, w: my_schedule(s, w + 1)}).earned < 1
     assert (
         _graded(
             "03.static_utilisation",
@@ -463,10 +470,10 @@ def test_a_wrapper_calling_the_reference_scores_zero():
     from lab_utils.sim import reference_schedule
     from lab_utils.sim import scheduler as sim_scheduler
 
-    def my_schedule(state):
+    def my_schedule(state, watermark):
         return reference_schedule(state)
 
-    def via_module(state):
+    def via_module(state, watermark):
         return sim_scheduler.reference_schedule(state)
 
     for fn in (my_schedule, via_module):

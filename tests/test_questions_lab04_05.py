@@ -641,3 +641,63 @@ def test_client_kwargs_that_only_appends_v1_fails():
         return {"base_url": server_url.rstrip("/") + "/v1", "api_key": api_key or "EMPTY"}
 
     assert earned("05.client_kwargs", {"client_kwargs": appends}, SEEDS[0]) == 0
+
+
+def _priority_variant(victim_by_rank=True, admit_by_rank=True, restore_budget=True):
+    """The priority policy with one rule changed (each default is vLLM v1's)."""
+    from lab_utils.engine import SchedulerOutput as Plan
+
+    def rank(r):
+        return (r.priority, r.arrival_time)
+
+    def policy(state):
+        plan, budget, i = Plan(), state.config.max_num_batched_tokens, 0
+        planned = plan.num_scheduled_tokens
+        while i < len(state.running) and budget > 0:
+            req = state.running[i]
+            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            served = True
+            while state.kv.allocate_slots(req, n) is None:
+                victim = max(state.running, key=rank) if victim_by_rank else state.running[-1]
+                if state.running.index(victim) < i:
+                    i -= 1
+                state.preempt(victim)
+                plan.preempted_req_ids.append(victim.request_id)
+                back = planned.pop(victim.request_id, 0)
+                budget += back if restore_budget else 0
+                if victim is req:
+                    served = False
+                    break
+            if not served:
+                break
+            planned[req.request_id] = n
+            budget -= n
+            i += 1
+        while state.waiting and budget > 0 and len(state.running) < state.config.max_num_seqs:
+            if plan.preempted_req_ids:
+                break
+            req = min(state.waiting, key=rank) if admit_by_rank else state.waiting[0]
+            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            if state.kv.allocate_slots(req, n) is None:
+                break
+            state.admit(req)
+            planned[req.request_id] = n
+            budget -= n
+        return plan
+
+    return policy
+
+
+def test_the_priority_variants_pass_only_with_every_rule():
+    """04.my_schedule asks for vLLM v1's priority policy: each rule it states is tested by the hidden
+    cases (the engine's own first-come-first-served policy is tried in the test above)."""
+    assert (
+        earned("04.my_schedule", {"my_schedule": _priority_variant()}, SEEDS[0])
+        == get("04.my_schedule").points
+    )
+    for wrong in (
+        dict(victim_by_rank=False),  # preempts the newest, as first come first served does
+        dict(admit_by_rank=False),  # admits in arrival order
+        dict(restore_budget=False),  # a planned victim's tokens are not given back
+    ):
+        assert earned("04.my_schedule", {"my_schedule": _priority_variant(**wrong)}, SEEDS[0]) == 0, wrong

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from grader.registry import hidden
 from lab_utils.grading.checks import close, partial
-from lab_utils.grading.questions.lab03 import _batcher_choice, _same_plans
+from lab_utils.grading.questions.lab03 import _batcher_choice, _plans, _same_plans
 
 
 def scenario_batch(s: dict) -> list:
@@ -223,10 +223,72 @@ def _random_trace(rng):
     return wl, ContinuousBatching(seqs, budget, chunk, blocks, bs)
 
 
+def _ref_watermark_schedule(state, watermark: int):
+    """vLLM v1's step with vLLM v0's admission watermark: a waiting request is admitted only if at
+    least `watermark` blocks stay free after its allocation (v0's BlockSpaceManager.can_allocate);
+    running requests may use every block."""
+    from lab_utils.sim import SchedulerOutput
+
+    cfg, kv = state.config, state.kv
+    plan = SchedulerOutput()
+    tokens = plan.num_scheduled_tokens
+    budget = cfg.max_num_batched_tokens
+    i = 0
+    while i < len(state.running) and budget > 0:
+        req = state.running[i]
+        n = min(req.num_tokens - req.num_computed_tokens, budget)
+        fits = True
+        while kv.allocate_slots(req, n) is None:
+            victim = state.preempt_last()
+            plan.preempted_req_ids.append(victim.request_id)
+            if victim is req:
+                fits = False
+                break
+        if not fits:
+            break
+        tokens[req.request_id] = n
+        budget -= n
+        i += 1
+    if plan.preempted_req_ids:
+        return plan
+    while state.waiting and budget > 0 and len(state.running) < cfg.max_num_seqs:
+        req = state.waiting[0]
+        left = req.num_tokens - req.num_computed_tokens
+        n = min(left, budget)
+        if n < left and not cfg.enable_chunked_prefill:
+            break
+        need = -(-(req.num_computed_tokens + n) // kv.block_size)
+        if kv.num_free_blocks - need < watermark or kv.allocate_slots(req, n) is None:
+            break
+        state.admit(req)
+        tokens[req.request_id] = n
+        budget -= n
+    return plan
+
+
+def watermark_traces(rng, count: int = 14) -> list:
+    """Traces, each with a watermark, on which the watermark changes the plans (and the run ends)."""
+    from lab_utils.sim import reference_schedule
+
+    out = []
+    for _ in range(30 * count):
+        trace = _random_trace(rng)
+        if trace is None or trace[1].num_kv_blocks is None:
+            continue
+        wl, cfg = trace
+        watermark = rng.randint(1, max(1, cfg.num_kv_blocks // 2))
+        want = _plans(_ref_watermark_schedule, wl, cfg, (watermark,))
+        if want is not None and want != _plans(reference_schedule, wl, cfg):
+            out.append((wl, cfg, watermark, want))
+        if len(out) == count:
+            break
+    return out
+
+
 @hidden("03.continuous_step")
 def _(my_schedule, rng, scenario):
-    traces = [t for t in (_random_trace(rng) for _ in range(24)) if t is not None][:16]
-    passed = sum(_same_plans(my_schedule, wl, cfg) for wl, cfg in traces)
+    traces = watermark_traces(rng)
+    passed = sum(_same_plans(my_schedule, wl, cfg, w, want) for wl, cfg, w, want in traces)
     return partial(passed, len(traces), "traces")
 
 

@@ -116,6 +116,54 @@ def _(predicted_blocks, rng, scenario):
     )
 
 
+def _ref_priority_schedule(state):
+    """vLLM v1's step under --scheduling-policy priority (vllm/v1/core/sched/scheduler.py, 0.32)."""
+    from lab_utils.engine import SchedulerOutput
+
+    cfg, kv = state.config, state.kv
+    plan = SchedulerOutput()
+    tokens = plan.num_scheduled_tokens
+    budget = cfg.max_num_batched_tokens
+
+    def rank(r):
+        return (r.priority, r.arrival_time)
+
+    i = 0
+    while i < len(state.running) and budget > 0:
+        req = state.running[i]
+        n = min(req.num_tokens - req.num_computed_tokens, budget)
+        fits = True
+        while kv.allocate_slots(req, n) is None:
+            victim = max(state.running, key=rank)
+            if state.running.index(victim) < i:
+                i -= 1
+            state.preempt(victim)
+            plan.preempted_req_ids.append(victim.request_id)
+            budget += tokens.pop(victim.request_id, 0)
+            if victim is req:
+                fits = False
+                break
+        if not fits:
+            break
+        tokens[req.request_id] = n
+        budget -= n
+        i += 1
+    if plan.preempted_req_ids:
+        return plan
+    while state.waiting and budget > 0 and len(state.running) < cfg.max_num_seqs:
+        req = min(state.waiting, key=rank)
+        left = req.num_tokens - req.num_computed_tokens
+        n = min(left, budget)
+        if n < left and not cfg.enable_chunked_prefill:
+            break
+        if kv.allocate_slots(req, n) is None:
+            break
+        state.admit(req)
+        tokens[req.request_id] = n
+        budget -= n
+    return plan
+
+
 def _random_case(rng) -> dict:
     bs = rng.choice([2, 4, 8])
     n = rng.randint(2, 6)
@@ -129,15 +177,28 @@ def _random_case(rng) -> dict:
         max_num_seqs=rng.randint(1, 5),
         prompts=prompts,
         max_tokens=max_tokens,
+        priorities={rid: rng.randint(0, 3) for rid in prompts},
     )
+
+
+def priority_cases(rng, count: int = 12) -> list[dict]:
+    """Workloads on which the priority policy plans differently from first come first served."""
+    cases = []
+    for _ in range(20 * count):
+        case = _random_case(rng)
+        want, _ = _drive(_ref_priority_schedule, **case)
+        if want != _drive(None, **case)[0]:
+            cases.append((case, want))
+        if len(cases) == count:
+            break
+    return cases
 
 
 @hidden("04.my_schedule")
 def _(my_schedule, rng, scenario):
-    cases = [_random_case(rng) for _ in range(14)]
+    cases = priority_cases(rng)
     wrong = 0
-    for case in cases:
-        want, _ = _drive(None, **case)
+    for case, want in cases:
         try:
             got, _ = inside(_drive, my_schedule, **case)
         except AssertionError:
@@ -145,8 +206,8 @@ def _(my_schedule, rng, scenario):
         if got != want:
             wrong += 1
     assert not wrong, (
-        f"on {wrong} of {len(cases)} unseen workloads your plans differ from vLLM v1's "
-        "policy at some step (who runs, how many tokens, who is preempted)"
+        f"on {wrong} of {len(cases)} unseen workloads your plans differ from vLLM v1's priority "
+        "policy at some step (who is admitted, how many tokens, who is preempted)"
     )
 
 

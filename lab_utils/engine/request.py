@@ -54,8 +54,12 @@ class Request(TokenProgress):
         prompt: str | None = None,
         arrival_time: float | None = None,
         eos_token_id: int | None = None,
+        priority: int = 0,
     ) -> None:
         self.request_id = request_id
+        # vLLM's convention: a lower number is served first (--scheduling-policy priority); the
+        # engine's own policy is first come first served and does not read it.
+        self.priority = int(priority)
         self.prompt = prompt
         self.prompt_token_ids = list(prompt_token_ids)
         self.sampling_params = sampling_params

@@ -258,12 +258,17 @@ class Scheduler:
         self._admitted.append(request.request_id)
 
     def preempt_last(self) -> Request:
-        """Preempt (by recompute) the most recently admitted running request and return it.
+        """Preempt (by recompute) the most recently admitted running request and return it."""
+        return self.preempt(self.running[-1])
+
+    def preempt(self, request: Request) -> Request:
+        """Preempt (by recompute) the running `request` and return it.
 
         Its blocks are freed, `num_computed_tokens` drops to 0, and it goes back to the front of
-        the waiting queue; the tokens it already generated are kept and recomputed later.
+        the waiting queue; the tokens it already generated are kept and recomputed later. A plan
+        must not schedule it in the step that preempted it.
         """
-        request = self.running.pop()
+        self.running.remove(request)
         self.kv_cache_manager.free(request)
         request.spec_token_ids = []  # drafts are proposed again once it decodes
         request.status = RequestStatus.PREEMPTED

@@ -42,7 +42,8 @@ def simulate(
     policy: Policy,
     cost: StepCostModel | None = None,
     *,
-    schedule_fn: Callable[[SchedulerState], SchedulerOutput] | None = None,
+    schedule_fn: Callable[..., SchedulerOutput] | None = None,
+    schedule_args: tuple = (),
     kv_manager: str = "count",
     keep_steps: bool = True,
 ) -> SimResult:
@@ -55,12 +56,22 @@ def simulate(
         schedule_fn: continuous batching only: plan each step with this function
             (`reference_schedule`, or your own). None runs the reference policy, through the
             fast event-driven loop when the config allows it.
+        schedule_args: more arguments for `schedule_fn`, called as `schedule_fn(state, *schedule_args)`
+            (lab 03's policy with a watermark: `schedule_args=(2,)`).
         kv_manager: "count" (block arithmetic) or "paged" (lab 02's
             `lab_utils.kv.KVCacheManager`, prefix caching off: placeholder token ids would hit).
         keep_steps: False drops the per-step records (a million requests make over a million
             steps, each listing its decoding requests: gigabytes). Request records, and so every
             latency and throughput figure, stay; `result.num_steps` still counts the steps.
     """
+    if schedule_args:
+        if schedule_fn is None:
+            raise ValueError("schedule_args needs a schedule_fn to pass them to")
+        fn, extra = schedule_fn, tuple(schedule_args)
+
+        def schedule_fn(state):
+            return fn(state, *extra)
+
     result = _simulate(workload, policy, cost, schedule_fn, kv_manager, keep_steps)
     result.num_steps = result.num_steps or len(result.steps)
     if not keep_steps:

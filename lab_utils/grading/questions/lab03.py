@@ -143,35 +143,58 @@ def _canonical(res) -> tuple:
     return reqs, steps
 
 
-def _same_plans(my_schedule, workload, cfg) -> bool:
-    from lab_utils.sim import StepCostModel, reference_schedule, simulate
+def _plans(schedule_fn, workload, cfg, args: tuple = ()):
+    """The canonical run of `schedule_fn(state, *args)` on a trace (a step cost of 1 s per step), or
+    None when the simulator refuses a plan or the run makes no progress."""
+    from lab_utils.sim import StepCostModel, simulate
 
     cost = StepCostModel(fixed_s=1.0, per_token_s=0.0)
-    want = _canonical(simulate(workload, cfg, cost, schedule_fn=reference_schedule))
-    try:
-        got = _canonical(inside(simulate, workload, cfg, cost, schedule_fn=my_schedule))
+    try:  # the simulator runs beside the answer (in the grader's sandbox): only its result comes back
+        res = inside(simulate, workload, cfg, cost, schedule_fn=schedule_fn, schedule_args=tuple(args))
+        return _canonical(res)
     except NotImplementedError:  # a RuntimeError, but it means "not answered yet"
         raise
     except (RuntimeError, ValueError):
-        return False
-    return got == want
+        return None
+
+
+def _same_plans(my_schedule, workload, cfg, watermark: int = 0, want=None) -> bool:
+    """Does `my_schedule(state, watermark)` plan every step as `want` (default: the simulator's own
+    continuous batching, which is the watermark-0 case)?"""
+    from lab_utils.sim import reference_schedule
+
+    if want is None:
+        want = _plans(reference_schedule, workload, cfg)
+    got = _plans(my_schedule, workload, cfg, (int(watermark),))
+    return got is not None and got == want
 
 
 @question("03.continuous_step", points=4, answers=["my_schedule"], forbid=refs("reference_schedule"))
 def _(my_schedule):
-    """A continuous-batching schedule step (running first, then waiting, one budget, preemption)."""
+    """A continuous-batching step with an admission watermark (running first, then waiting, one
+    budget, preemption; a waiting request is admitted only if the watermark stays free)."""
     from lab_utils.sim import ContinuousBatching, fixed_workload
 
     assert _same_plans(
         my_schedule,
         fixed_workload([4, 4, 4, 6], [3, 1, 2, 2]),
         ContinuousBatching(max_num_seqs=2, max_num_batched_tokens=100),
-    ), "a small trace without memory pressure: is a freed slot refilled in the same step?"
-    assert _same_plans(
-        my_schedule,
-        fixed_workload([4, 4, 4], [5, 5, 3]),
-        ContinuousBatching(max_num_seqs=3, max_num_batched_tokens=64, num_kv_blocks=4, block_size=4),
-    ), "a trace that runs out of KV blocks: who is preempted, and is anyone admitted in that step?"
+        watermark=0,
+    ), "with a watermark of 0 and no memory pressure: is a freed slot refilled in the same step?"
+    # two requests that each grow to 3 blocks of a 4-block cache
+    trace = fixed_workload([4, 4], [9, 9])
+    cfg = ContinuousBatching(max_num_seqs=2, max_num_batched_tokens=64, num_kv_blocks=4, block_size=4)
+    run = _plans(my_schedule, trace, cfg, (3,))
+    assert run is not None, "with a watermark of 3 blocks the run did not finish (or a plan was refused)"
+    (r0, r1), _ = run
+    assert r0[4] == 0 and r1[4] == 0, (
+        "a watermark as large as this one keeps the second request out while the first grows: "
+        "nobody should be preempted"
+    )
+    assert r1[1] >= r0[3], (
+        "the second request was admitted although that would leave fewer free blocks than the "
+        "watermark (count the free blocks after its allocation)"
+    )
 
 
 # --- 03.goodput --------------------------------------------------------------------------------

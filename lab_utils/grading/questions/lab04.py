@@ -100,8 +100,11 @@ def _drive(
     prompts: dict[str, int],
     max_tokens: int,
     max_steps: int = 300,
+    priorities: dict[str, int] | None = None,
 ):
-    """Run a scheduler with `schedule_fn` (None: the reference) on fake tokens; (plans, scheduler)."""
+    """Run a scheduler with `schedule_fn` (None: the engine's own first-come-first-served policy)
+    on fake tokens; (plans, scheduler). Requests arrive in the order of `prompts` (arrival times
+    0, 1, 2, ...) with `priorities` (default 0: lower is served first)."""
     from lab_utils.engine import Request, SamplingParams, Scheduler, SchedulerConfig
     from lab_utils.kv import KVCacheManager
 
@@ -110,9 +113,15 @@ def _drive(
         SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=256),
         schedule_fn=schedule_fn,
     )
-    for rid, n in prompts.items():
+    for i, (rid, n) in enumerate(prompts.items()):
         s.add_request(
-            Request(rid, list(range(100, 100 + n)), SamplingParams(temperature=0, max_tokens=max_tokens))
+            Request(
+                rid,
+                list(range(100, 100 + n)),
+                SamplingParams(temperature=0, max_tokens=max_tokens),
+                arrival_time=float(i),
+                priority=(priorities or {}).get(rid, 0),
+            )
         )
     plans = []
     while s.has_unfinished_requests() and len(plans) < max_steps:
@@ -138,8 +147,8 @@ def _drive(
 
 @question("04.my_schedule", points=3, answers=["my_schedule"], forbid=refs("reference_schedule"))
 def _(my_schedule):
-    """A continuous-batching policy that the engine's Scheduler accepts: chunked prefill, preemption."""
-    # 1. a token budget smaller than the prompts: chunked prefill, everything finishes, nothing leaks
+    """vLLM v1's policy under --scheduling-policy priority, on the engine's Scheduler."""
+    # 1. one priority, a token budget smaller than the prompts: chunked prefill, all finish, no leak
     plans, s = inside(_drive, my_schedule, 16, 4, 8, 4, {"a": 6, "b": 10}, max_tokens=3)
     assert plans and sum(plans[0][0].values()) == 8 and "a" in plans[0][0], (
         "first step: with a budget smaller than the two prompts, the first request should be served "
@@ -149,9 +158,16 @@ def _(my_schedule):
         "the requests never finished: does every running request get tokens?"
     )
     assert s.kv.num_free_blocks == 16, "blocks were not all returned after the requests finished"
-    # 2. a cache too small for both requests to grow: someone must be preempted, and come back
-    plans, s = inside(_drive, my_schedule, 4, 4, 32, 4, {"a": 7, "b": 7}, max_tokens=6)
-    assert any(p[1] for p in plans), "the KV cache ran out but nothing was preempted"
+    # 2. the older request has the lower priority and the cache cannot hold both as they grow
+    plans, s = inside(
+        _drive, my_schedule, 4, 4, 32, 4, {"old": 7, "new": 7}, max_tokens=6, priorities={"old": 1, "new": 0}
+    )
+    preempted = [rid for p in plans for rid in p[1]]
+    assert preempted, "the KV cache ran out but nothing was preempted"
+    assert preempted[0] == "old", (
+        "the first victim should be the running request with the lowest priority (the largest "
+        "priority number), even when it was admitted first"
+    )
     assert not s.has_unfinished_requests(), "after a preemption the victim must come back and finish"
     assert s.kv.num_free_blocks == 4, "blocks leaked after preemption"
 
