@@ -40,6 +40,10 @@ SLOW_CELL_S = 5.0  # cells at least this long are listed as where the time goes
 STATED_LIGHT = re.compile(r"`LIGHT = True` through the grader in CI (\d+(?:\.\d+)?) s\b")
 STATED_FORM = "`LIGHT = True` through the grader in CI N s (CI run of YYYY-MM-DD, 2 cores)"
 OFF_FACTOR = 2.0  # a stated figure more than this far from a measured run, either way, is wrong
+# ... and more than this many seconds from it: the grader's own start (sandbox, kernel, copy check)
+# costs 15-25 s on 2 cores whatever the lab does, so a 12 s figure measured at 25 s on a busy
+# machine is noise, not a text that misleads a learner
+OFF_SLACK_S = 30.0
 
 
 def machine() -> str:
@@ -104,10 +108,12 @@ def stated_light_seconds(path: Path) -> float:
     )
 
 
-def time_problem(lab: str, stated: float, measured: float, factor: float = OFF_FACTOR) -> str | None:
-    """None when `measured` seconds are within `factor` of the `stated` ones either way; else what is
-    off and what to change."""
-    if stated / factor <= measured <= stated * factor:
+def time_problem(
+    lab: str, stated: float, measured: float, factor: float = OFF_FACTOR, slack: float = OFF_SLACK_S
+) -> str | None:
+    """None when `measured` seconds are within `factor` of the `stated` ones either way, or within
+    `slack` seconds of them; else what is off and what to change."""
+    if stated / factor <= measured <= stated * factor or abs(measured - stated) <= slack:
         return None
     way = "slower" if measured > stated else "faster"
     return (
