@@ -355,6 +355,14 @@ class Sandbox:
         for path in needed:
             parents(path)
             opts += ["--ro-bind", path, path]
+        for link in _needed():  # an environment reached through a link (a .venv that is a symlink):
+            real = os.path.realpath(link)  # the run calls the interpreter by the link's path
+            link = os.path.abspath(link)
+            if link != real and os.path.isdir(real) and not any(_within(link, n) for n in needed):
+                if link not in made:
+                    parents(link)
+                    made.add(link)
+                    opts += ["--symlink", real, link]
         for path in self.hide:  # within a bound folder: replaced by an empty one
             real = os.path.realpath(path)
             if not any(_within(real, n) for n in needed):
