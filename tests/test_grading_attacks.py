@@ -444,6 +444,33 @@ def test_a_root_only_file_is_unreadable_inside(tmp_path):
     assert uid not in (0, 65534) and uid >= 640_000, out.stdout
 
 
+@needs_sandbox
+def test_an_environment_reached_through_a_link_runs_inside(tmp_path, monkeypatch):
+    """A .venv that is a symlink (a clone linking another checkout's environment): the run calls
+    the interpreter by the link's path, so the link must exist inside too (prlimit failed to
+    execute it before)."""
+    import grader.sandbox as sandbox
+
+    link = tmp_path / "linked-venv"
+    link.symlink_to(os.path.realpath(sys.prefix), target_is_directory=True)
+    roots = {**sandbox.course_roots(), "environment": str(link)}
+    monkeypatch.setattr(sandbox, "course_roots", lambda: roots)
+    box = Sandbox()
+    python = str(link / "bin" / Path(sys.executable).name)
+    uid = lease_uid()
+    box.uid = uid
+    try:
+        argv = box.wrap([python, "-c", "import sys; print('ran', sys.prefix)"], {"PATH": "/usr/bin:/bin"})
+        links = [argv[i + 1 : i + 3] for i, a in enumerate(argv) if a == "--symlink"]
+        assert [os.path.realpath(sys.prefix), str(link)] in links, links
+        done = subprocess.run(
+            guarded(argv), capture_output=True, text=True, timeout=60, start_new_session=True
+        )
+    finally:
+        release_uid(uid)
+    assert done.returncode == 0 and f"ran {link}" in done.stdout, done.stdout + done.stderr
+
+
 # virtual file systems a mount table lists by what they are, never by a host path
 _VIRTUAL_FS = {"tmpfs", "proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "mqueue", "bpf"}
 
