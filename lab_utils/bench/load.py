@@ -238,12 +238,14 @@ def run_sweep(
     seed: int = 0,
     concurrency_cap: int | None = None,
     output_lens: Sequence[int] | None = None,
+    progress: str | None = None,
 ) -> Sweep:
     """Run one load level after another against `server` (a VLLMServer), sampling its gauges and CPU.
 
     kind "open": levels are Poisson request rates; "closed": levels are fixed concurrencies.
     Every request generates exactly `max_tokens` tokens (ignore_eos), so levels differ only in load;
     `output_lens` gives each request its own length instead (a length mix, reused in turn).
+    `progress`: print `progress, level L: i/n done, ...` as each level's requests finish (run_load's).
     """
     from lab_utils.clients.metrics import MetricsSampler
 
@@ -271,6 +273,7 @@ def run_sweep(
                     api_key=server.api_key,
                     seed=seed,
                     output_lens=output_lens,
+                    progress=f"{progress}, level {float(lvl):.3g}" if progress else None,
                     **kw,
                 )
             )
