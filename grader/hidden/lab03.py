@@ -6,6 +6,7 @@ Cases come from the judge's key, not the notebook's SEED; public checks and the 
 
 from __future__ import annotations
 
+from grader.hidden.schedules import v1_step
 from grader.registry import hidden
 from lab_utils.grading.checks import close, partial
 from lab_utils.grading.questions.lab03 import _batcher_choice, _plans, _same_plans
@@ -225,45 +226,10 @@ def _random_trace(rng):
 
 def _ref_watermark_schedule(state, watermark: int):
     """vLLM v1's step with vLLM v0's admission watermark: a waiting request is admitted only if at
-    least `watermark` blocks stay free after its allocation (v0's BlockSpaceManager.can_allocate);
-    running requests may use every block."""
+    least `watermark` blocks stay free after its allocation; running requests may use every block."""
     from lab_utils.sim import SchedulerOutput
 
-    cfg, kv = state.config, state.kv
-    plan = SchedulerOutput()
-    tokens = plan.num_scheduled_tokens
-    budget = cfg.max_num_batched_tokens
-    i = 0
-    while i < len(state.running) and budget > 0:
-        req = state.running[i]
-        n = min(req.num_tokens - req.num_computed_tokens, budget)
-        fits = True
-        while kv.allocate_slots(req, n) is None:
-            victim = state.preempt_last()
-            plan.preempted_req_ids.append(victim.request_id)
-            if victim is req:
-                fits = False
-                break
-        if not fits:
-            break
-        tokens[req.request_id] = n
-        budget -= n
-        i += 1
-    if plan.preempted_req_ids:
-        return plan
-    while state.waiting and budget > 0 and len(state.running) < cfg.max_num_seqs:
-        req = state.waiting[0]
-        left = req.num_tokens - req.num_computed_tokens
-        n = min(left, budget)
-        if n < left and not cfg.enable_chunked_prefill:
-            break
-        need = -(-(req.num_computed_tokens + n) // kv.block_size)
-        if kv.num_free_blocks - need < watermark or kv.allocate_slots(req, n) is None:
-            break
-        state.admit(req)
-        tokens[req.request_id] = n
-        budget -= n
-    return plan
+    return v1_step(state, SchedulerOutput(), watermark=watermark)
 
 
 def watermark_traces(rng, count: int = 14) -> list:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from grader.hidden.schedules import v1_step
 from grader.registry import hidden
 from lab_utils.grading.checks import inside
 from lab_utils.grading.questions.lab04 import _drive, _scenario_engine
@@ -117,51 +118,10 @@ def _(predicted_blocks, rng, scenario):
 
 
 def _ref_priority_schedule(state):
-    """vLLM v1's step under --scheduling-policy priority (vllm/v1/core/sched/scheduler.py, 0.32)."""
+    """vLLM v1's step under --scheduling-policy priority: rank = (priority, arrival_time)."""
     from lab_utils.engine import SchedulerOutput
 
-    cfg, kv = state.config, state.kv
-    plan = SchedulerOutput()
-    tokens = plan.num_scheduled_tokens
-    budget = cfg.max_num_batched_tokens
-
-    def rank(r):
-        return (r.priority, r.arrival_time)
-
-    i = 0
-    while i < len(state.running) and budget > 0:
-        req = state.running[i]
-        n = min(req.num_tokens - req.num_computed_tokens, budget)
-        fits = True
-        while kv.allocate_slots(req, n) is None:
-            victim = max(state.running, key=rank)
-            if state.running.index(victim) < i:
-                i -= 1
-            state.preempt(victim)
-            plan.preempted_req_ids.append(victim.request_id)
-            budget += tokens.pop(victim.request_id, 0)
-            if victim is req:
-                fits = False
-                break
-        if not fits:
-            break
-        tokens[req.request_id] = n
-        budget -= n
-        i += 1
-    if plan.preempted_req_ids:
-        return plan
-    while state.waiting and budget > 0 and len(state.running) < cfg.max_num_seqs:
-        req = min(state.waiting, key=rank)
-        left = req.num_tokens - req.num_computed_tokens
-        n = min(left, budget)
-        if n < left and not cfg.enable_chunked_prefill:
-            break
-        if kv.allocate_slots(req, n) is None:
-            break
-        state.admit(req)
-        tokens[req.request_id] = n
-        budget -= n
-    return plan
+    return v1_step(state, SchedulerOutput(), rank=lambda r: (r.priority, r.arrival_time))
 
 
 def _random_case(rng) -> dict:
