@@ -696,6 +696,8 @@ def test_the_priority_variants_pass_only_with_every_rule():
         == get("04.my_schedule").points
     )
     for wrong in (
+        dict(victim_by_rank=False),  # preempts the newest, as first come first served does
         dict(admit_by_rank=False),  # admits in arrival order
+        dict(restore_budget=False),  # a planned victim's tokens are not given back
     ):
         assert earned("04.my_schedule", {"my_schedule": _priority_variant(**wrong)}, SEEDS[0]) == 0, wrong

@@ -117,11 +117,24 @@ def _(predicted_blocks, rng, scenario):
     )
 
 
-def _ref_priority_schedule(state):
-    """vLLM v1's step under --scheduling-policy priority: rank = (priority, arrival_time)."""
+def _priority_step(**mistake):
+    """vLLM v1's step under --scheduling-policy priority: rank = (priority, arrival_time); a
+    `mistake` (schedules.v1_step's newest_victim / restore) gives a wrong variant to separate."""
     from lab_utils.engine import SchedulerOutput
 
-    return v1_step(state, SchedulerOutput(), rank=lambda r: (r.priority, r.arrival_time))
+    def step(state):
+        return v1_step(state, SchedulerOutput(), rank=lambda r: (r.priority, r.arrival_time), **mistake)
+
+    return step
+
+
+_ref_priority_schedule = _priority_step()
+# the stated rules a wrong policy may break: the hidden cases separate each from vLLM's policy
+_MISTAKES = {
+    "first come first served": None,
+    "newest victim": {"newest_victim": True},
+    "planned tokens not given back": {"restore": False},
+}
 
 
 def _random_case(rng) -> dict:
@@ -138,17 +151,51 @@ def _random_case(rng) -> dict:
         prompts=prompts,
         max_tokens=max_tokens,
         priorities={rid: rng.randint(0, 3) for rid in prompts},
+        # most workloads have late arrivals: an urgent request can join while less urgent ones run
+        arrive_at=dict(zip(prompts, sorted(rng.randint(0, 8) * (i > 0) for i in range(n))))
+        if rng.random() < 0.7
+        else None,
     )
 
 
-def priority_cases(rng, count: int = 12) -> list[dict]:
-    """Workloads on which the priority policy plans differently from first come first served."""
-    cases = []
-    for _ in range(20 * count):
-        case = _random_case(rng)
+def _contended_case(rng) -> dict:
+    """A workload where urgent requests arrive while less urgent ones run, with a small budget and a
+    tight cache: the victim is often a request already planned this step, whose tokens go back."""
+    bs, n = rng.choice([2, 4]), rng.randint(3, 6)
+    prompts = {f"r{i}": rng.randint(4, 30) for i in range(n)}
+    max_tokens = rng.randint(2, 12)
+    need_one = max(math.ceil((p + max_tokens) / bs) for p in prompts.values())
+    return dict(
+        num_blocks=rng.randint(need_one, 2 * need_one + 1),
+        block_size=bs,
+        budget=rng.choice([4, 6, 8, 12]),
+        max_num_seqs=rng.randint(3, 5),
+        prompts=prompts,
+        max_tokens=max_tokens,
+        priorities={
+            rid: rng.randint(2, 3) if i < n // 2 else rng.randint(0, 1) for i, rid in enumerate(prompts)
+        },
+        arrive_at=dict(zip(prompts, sorted(rng.randint(0, 6) * (i > 0) for i in range(n)))),
+    )
+
+
+def priority_cases(rng, count: int = 12, each: int = 3) -> list[dict]:
+    """Workloads on which the priority policy plans differently from first come first served; among
+    them at least `each` on which it plans differently from each stated rule's mistake."""
+    wrong = {k: (None if m is None else _priority_step(**m)) for k, m in _MISTAKES.items()}
+    cases, caught = [], dict.fromkeys(wrong, 0)
+    for k in range(100 * count):
+        case = (_contended_case if k % 2 else _random_case)(rng)
         want, _ = _drive(_ref_priority_schedule, **case)
-        if want != _drive(None, **case)[0]:
-            cases.append((case, want))
+        differs = {k for k, f in wrong.items() if _drive(f, **case)[0] != want}
+        if "first come first served" not in differs:
+            continue
+        reserved = sum(max(0, each - n) for n in caught.values())
+        if len(cases) + reserved >= count and not any(caught[k] < each for k in differs):
+            continue  # the slots left are kept for cases that separate a mistake not yet caught enough
+        cases.append((case, want))
+        for k in differs:
+            caught[k] += 1
         if len(cases) == count:
             break
     return cases

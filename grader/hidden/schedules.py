@@ -7,13 +7,15 @@ first-served step is lab_utils.engine.scheduler.reference_schedule, which the le
 from __future__ import annotations
 
 
-def v1_step(state, plan, *, rank=None, watermark: int = 0):
+def v1_step(state, plan, *, rank=None, watermark: int = 0, newest_victim: bool = False, restore: bool = True):
     """Fill `plan` (an empty SchedulerOutput) with one step and return it.
 
     rank: None serves first come first served (the newest running request is preempted, the queue's
     head admitted); a key function serves by rank (the largest running rank is preempted, even one
     already planned this step, whose tokens go back to the budget; the smallest waiting rank is
     admitted). watermark: blocks that must stay free after a waiting request's allocation.
+    newest_victim / restore=False: two mistakes under `rank` (the newest running request preempted; a
+    planned victim's tokens kept out of the budget) that the hidden cases must tell apart from it.
     """
     cfg, kv = state.config, state.kv
     tokens = plan.num_scheduled_tokens
@@ -27,11 +29,12 @@ def v1_step(state, plan, *, rank=None, watermark: int = 0):
             if rank is None:
                 victim = state.preempt_last()  # always at or after position i: nothing planned undone
             else:
-                victim = max(state.running, key=rank)
+                victim = state.running[-1] if newest_victim else max(state.running, key=rank)
                 if state.running.index(victim) < i:
                     i -= 1
                 state.preempt(victim)
-                budget += tokens.pop(victim.request_id, 0)
+                back = tokens.pop(victim.request_id, 0)
+                budget += back if restore else 0
             plan.preempted_req_ids.append(victim.request_id)
             if victim is req:
                 fits = False

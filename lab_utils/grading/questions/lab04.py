@@ -101,10 +101,12 @@ def _drive(
     max_tokens: int,
     max_steps: int = 300,
     priorities: dict[str, int] | None = None,
+    arrive_at: dict[str, int] | None = None,
 ):
     """Run a scheduler with `schedule_fn` (None: the engine's own first-come-first-served policy)
     on fake tokens; (plans, scheduler). Requests arrive in the order of `prompts` (arrival times
-    0, 1, 2, ...) with `priorities` (default 0: lower is served first)."""
+    0, 1, 2, ...) with `priorities` (default 0: lower is served first); `arrive_at` gives the step
+    before which a request joins the queue (default 0: before the first step)."""
     from lab_utils.engine import Request, SamplingParams, Scheduler, SchedulerConfig
     from lab_utils.kv import KVCacheManager
 
@@ -113,18 +115,20 @@ def _drive(
         SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=256),
         schedule_fn=schedule_fn,
     )
-    for i, (rid, n) in enumerate(prompts.items()):
-        s.add_request(
-            Request(
-                rid,
-                list(range(100, 100 + n)),
-                SamplingParams(temperature=0, max_tokens=max_tokens),
-                arrival_time=float(i),
-                priority=(priorities or {}).get(rid, 0),
-            )
+    pending = [
+        Request(
+            rid,
+            list(range(100, 100 + n)),
+            SamplingParams(temperature=0, max_tokens=max_tokens),
+            arrival_time=float(i),
+            priority=(priorities or {}).get(rid, 0),
         )
+        for i, (rid, n) in enumerate(prompts.items())
+    ]
     plans = []
-    while s.has_unfinished_requests() and len(plans) < max_steps:
+    while (pending or s.has_unfinished_requests()) and len(plans) < max_steps:
+        while pending and (arrive_at or {}).get(pending[0].request_id, 0) <= len(plans):
+            s.add_request(pending.pop(0))
         try:
             out = s.schedule()
         except NotImplementedError:
@@ -134,7 +138,7 @@ def _drive(
         plans.append(
             ({str(k): int(v) for k, v in out.num_scheduled_tokens.items()}, list(out.preempted_req_ids))
         )
-        if not out.num_scheduled_tokens:
+        if not out.num_scheduled_tokens and not pending:
             break  # a stall: the plans so far are what the comparison sees
         sampled = {
             rid: 5
