@@ -263,12 +263,10 @@ def test_bad_flag_surfaces_the_log_tail():
 def test_max_model_len_that_does_not_fit_is_refused_as_the_calculator_says(monkeypatch):
     """One refused start serves two checks (each start costs half a minute): the server reports
     vLLM's reason and leaves no process, and vLLM's hinted length is lab_utils.memory's to the token."""
-    import json
-
     from lab_utils.memory import GiB, ModelSpec, vllm_kv_cache_report
     from lab_utils.models import course_model_path
 
-    spec = ModelSpec.from_hf_config(json.loads((course_model_path() / "config.json").read_text()))
+    spec = ModelSpec.from_hf_config(course_model_path())  # the folder's config.json
     monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")  # past the model's 8,192, to reach the KV check
     want = vllm_kv_cache_report(GiB, spec, "float32", CPU_BLOCK_SIZE, max_model_len=32_768)
     assert not want.fits
