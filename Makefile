@@ -5,7 +5,8 @@
 #   make lab          the environment and the course model, then JupyterLab on 127.0.0.1 in labs/;
 #                     the rest of setup is built in the background meanwhile (see LATER below)
 #   make check LAB=NN one lab's public checks on labs/NN_*.ipynb, run in CPU mode without servers
-#   make test         setup + Triton server environment + test tools, then the whole suite
+#   make test         setup + Triton server environment + test tools, then the whole suite in two
+#                     pytest processes at once (scripts/test_streams.py; PYTEST_ARGS=--serial: one)
 #   make test-fast    the suite without the slow tests (no servers, no notebooks)
 #   make labs         regenerate labs/ from solutions/ (and strip outputs)
 #   make triton-env   the Triton server's own environment (.venv-triton; it needs numpy<2)
@@ -122,7 +123,7 @@ test: setup test-tools
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m lab_utils.nbgen --check
-	$(PY) -m pytest -ra --durations=25 $(PYTEST_ARGS)
+	$(PY) scripts/test_streams.py -ra --durations=25 $(PYTEST_ARGS)
 
 test-fast: venv
 	$(VENV)/bin/ruff check .

@@ -215,7 +215,9 @@ _UIDS_USED: set[int] = set()
 def lease_uid() -> int:
     """A host uid no other run of this grader holds: each run counts its own processes."""
     with _UIDS_LOCK:
-        uid = SANDBOX_UID_BASE + os.getpid() % 1000 * 64
+        # pid x 64: two live graders (make test runs two pytest processes) never share a uid range;
+        # pids stay under 2**22 (Linux's pid_max), so the uids stay under 2**28
+        uid = SANDBOX_UID_BASE + os.getpid() * 64
         while uid in _UIDS_USED:
             uid += 1
         _UIDS_USED.add(uid)

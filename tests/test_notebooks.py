@@ -12,8 +12,9 @@ For every lab in solutions/ (labs added later are picked up automatically):
   sandbox under seed B, each earns at most a tenth of the points; no notebook runs again for this;
 - the seed-A run's answers, judged under seed B (another scenario, other hidden cases), still score
   full marks (judging only: the notebook itself runs under seed B as the student copy below);
-- the generated student copy (answers stubbed) runs to its last cell with no error cell (each cell
-  that needs an unwritten answer says what to write and goes on) and scores zero.
+- the generated student copy (answers stubbed) runs to its last cell with no error cell and scores
+  zero: tests/test_notebooks_student.py (its own file, so that `make test` runs it in the other stream,
+  scripts/test_streams.py); tests/test_zz_grading_table.py assembles the CI table from both.
 
 All runs use LIGHT=True (the smallest workloads that still run every cell), so the suite fits CI's
 time on a 2-core machine. LAB_FULL=1 runs the solutions at their default sizes, as a learner would.
@@ -29,8 +30,22 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from notebook_runs import (
+    BYPASS_SHARE,
+    BYPASSES,
+    IDS,
+    REPO,
+    SEED_A,
+    SEED_B,
+    SOLUTIONS,
+    grade,
+    last_student_cell_ran,
+    memory_state,
+    params,
+    record,
+)
 
-from grader.grader import Grader, Job
+from grader.grader import Grader
 from grader.memorise import (
     copied_prediction_answers,
     imported_answers,
@@ -42,37 +57,9 @@ from grader.memorise import (
 from lab_utils.grading import questions_for
 from lab_utils.grading.probe import load_answers
 
-REPO = Path(__file__).resolve().parent.parent
-SOLUTIONS = sorted((REPO / "solutions").glob("[0-9][0-9]_*.ipynb"))
-IDS = [p.stem for p in SOLUTIONS]
-NOTEBOOK_TIMEOUT = float(os.environ.get("LAB_NOTEBOOK_TIMEOUT", 1200))
-SEED_A, SEED_B = 20261201, 777  # two grading seeds; each notebook's scenario seed derives from them
-SKIP_SERVERS = {"RUN_VLLM": False, "RUN_REAL": False}
 _spec = importlib.util.spec_from_file_location("lab_times", REPO / "scripts" / "lab_times.py")
 lab_times = importlib.util.module_from_spec(_spec)  # the stated-time parser and the 2x comparison
 _spec.loader.exec_module(lab_times)
-
-
-def _grade(path: Path, out: Path, parameters: dict, seed: int, figure_check: bool = False) -> tuple:
-    grader = Grader(
-        out,
-        timeout=NOTEBOOK_TIMEOUT,
-        memory_mb=16384,
-        parameters=parameters,
-        seed=seed,
-        keep_answers=True,
-        copies="off",  # the published solution itself: the copy check is proven in test_originality
-        figure_check=figure_check,  # OUT/figures/ci/NN.jsonl: each shown figure's readability problems
-    )
-    try:
-        return grader.grade(Job("ci", path.name[:2], path))
-    finally:
-        grader.close()
-
-
-def _params(**extra) -> dict:
-    base = {"BACKEND": "cpu"} if os.environ.get("LAB_FULL") == "1" else {"BACKEND": "cpu", "LIGHT": True}
-    return {**base, **extra}
 
 
 _RUNS: dict[str, tuple] = {}
@@ -87,73 +74,21 @@ def solution_run(tmp_path_factory):
         if path.name not in _RUNS:
             out = tmp_path_factory.mktemp(f"sol-{path.name[:2]}")
             started = time.monotonic()
-            _RUNS[path.name] = (*_grade(path, out, _params(), SEED_A, figure_check=True), out)
+            _RUNS[path.name] = (*grade(path, out, params(), SEED_A, figure_check=True), out)
             _SECONDS[path.name] = time.monotonic() - started
         return _RUNS[path.name]
 
     return run
 
 
-def _memory_state() -> str:
-    """What a memory failure needs to be told apart: the machine's memory, this process's address-space
-    limit (kernels inherit it), and the largest processes."""
-    import resource
-
-    import psutil
-
-    vm = psutil.virtual_memory()
-    top = []
-    for p in psutil.process_iter(["pid", "name", "memory_info"]):
-        info = p.info.get("memory_info")
-        if info is not None:
-            top.append((info.rss, p.info["pid"], p.info["name"]))
-    top = sorted(top, reverse=True)[:5]
-    return (
-        f"memory: {vm.available / 2**30:.1f} GiB available of {vm.total / 2**30:.1f}; "
-        f"RLIMIT_AS of pytest {resource.getrlimit(resource.RLIMIT_AS)}; largest: "
-        + ", ".join(f"{name} ({pid}) {rss / 2**30:.1f} GiB" for rss, pid, name in top)
-    )
-
-
-def _last_student_cell_ran(out: Path, name: str) -> bool:
-    nb = nbformat.read(str(out / "executed" / "ci" / name), as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code" and "grader-probe" not in c.metadata.get("tags", [])]
-    return code[-1].execution_count is not None
-
-
-def _error_cells(out: Path, name: str) -> list[str]:
-    """'cell N: Error: message' for each code cell of an executed notebook that raised."""
-    nb = nbformat.read(str(out / "executed" / "ci" / name), as_version=4)
-    return [
-        f"cell {i}: {o.get('ename')}: {str(o.get('evalue'))[:200]}"
-        for i, c in enumerate(nb.cells)
-        if c.cell_type == "code"
-        for o in c.get("outputs", [])
-        if o.get("output_type") == "error"
-    ]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("path", SOLUTIONS, ids=IDS)
 def test_solution_scores_full_marks(path, solution_run):
     outcome, feedback, out = solution_run(path)
-    assert outcome.status == "ok", f"{outcome.status}\n{feedback}\n{_memory_state()}"
+    assert outcome.status == "ok", f"{outcome.status}\n{feedback}\n{memory_state()}"
     assert outcome.scores == outcome.possible, feedback
     assert set(outcome.possible) == {q.id for q in questions_for(path.name[:2])}
-    assert _last_student_cell_ran(out, path.name)
-
-
-BYPASSES = ("memorised", "imported", "pasted", "runtime copy", "copied prediction")
-BYPASS_SHARE = 0.10  # each bypass earns at most this share of a lab's points
-TABLE = REPO / "out" / "grading-table"
-
-
-def _record(lab: str, column: str, earned: float, possible: float) -> None:
-    """One cell of the CI table (out/grading-table.md, assembled by test_zz_grading_table)."""
-    TABLE.mkdir(parents=True, exist_ok=True)
-    (TABLE / f"{lab}-{column.replace(' ', '_')}.json").write_text(
-        json.dumps({"lab": lab, "column": column, "earned": earned, "possible": possible})
-    )
+    assert last_student_cell_ran(out, path.name)
 
 
 def _bypass(kind: str, lab: str, answers: dict):
@@ -177,7 +112,7 @@ def test_bypass_submissions_score_at_most_a_tenth(path, solution_run, tmp_path):
     lab = path.name[:2]
     answers, problems = load_answers(out / "answers" / "ci" / lab)
     assert answers, f"the solution run saved no answers ({problems})"
-    _record(lab, "solution", outcome.total, sum(outcome.possible.values()))
+    record(lab, "solution", outcome.total, sum(outcome.possible.values()))
     grader = Grader(tmp_path / "out", seed=SEED_B, copies="off")
     report = []
     try:
@@ -187,7 +122,7 @@ def test_bypass_submissions_score_at_most_a_tenth(path, solution_run, tmp_path):
             save_answers(fake, folder)
             results = grader.judge_saved(lab, folder, notebook=nb)
             earned, possible = sum(r.earned for r in results), sum(r.points for r in results)
-            _record(lab, kind, earned, possible)
+            record(lab, kind, earned, possible)
             detail = ", ".join(f"{r.id} {r.earned:g}" for r in results if r.earned)
             report.append((kind, earned, possible, detail))
     finally:
@@ -219,20 +154,6 @@ def test_solution_scores_full_marks_under_a_second_seed(path, solution_run, tmp_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", SOLUTIONS, ids=IDS)
-def test_student_copy_runs_to_the_end_and_scores_zero(path, tmp_path):
-    lab = REPO / "labs" / path.name
-    outcome, feedback = _grade(lab, tmp_path, {"BACKEND": "cpu", "LIGHT": True, **SKIP_SERVERS}, SEED_B)
-    # Run All reaches the end with no error cell: each cell that needs an answer not written yet says
-    # so in one line (lab_utils.notebook) and the cells that do not need it still run
-    assert outcome.status == "ok", f"{outcome.status}: {_error_cells(tmp_path, path.name)}"
-    assert all(v == 0 for v in outcome.scores.values()), feedback
-    assert len(outcome.scores) == len(questions_for(path.name[:2])) >= 2
-    _record(path.name[:2], "stub", outcome.total, sum(outcome.possible.values()))
-    assert _last_student_cell_ran(tmp_path, path.name)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("path", SOLUTIONS, ids=IDS)
 def test_zz_stated_light_time_within_2x_of_this_run(path):
     """The LIGHT time a lab's title states (`LIGHT = True` through the grader in CI N s) is within 2x,
     either way, of this session's solution run through the grader (timed in `solution_run`; nothing
@@ -246,39 +167,6 @@ def test_zz_stated_light_time_within_2x_of_this_run(path):
         pytest.skip(f"{path.stem}'s solution run ended {outcome.status}: its time is not the lab's")
     problem = lab_times.time_problem(path.stem, lab_times.stated_light_seconds(path), _SECONDS[path.name])
     assert problem is None, problem
-
-
-@pytest.mark.slow
-def test_zz_grading_table():
-    """Assemble the CI table, one row per lab (written to out/grading-table.md and printed)."""
-    cells = [json.loads(p.read_text()) for p in sorted(TABLE.glob("*.json"))] if TABLE.exists() else []
-    if not cells:
-        pytest.skip("no lab was graded in this session")
-    columns = ["solution", "stub", *BYPASSES, "published solution"]
-    from grader.originality import is_copy
-
-    for path in SOLUTIONS:  # the published solution handed in as a learner's own: status copy, 0 points
-        copied, _ = is_copy(nbformat.read(str(path), as_version=4), path.name[:2])
-        cells.append(
-            {
-                "lab": path.name[:2],
-                "column": "published solution",
-                "earned": 0.0 if copied else None,
-                "possible": sum(q.points for q in questions_for(path.name[:2])),
-            }
-        )
-    by = {(c["lab"], c["column"]): c for c in cells}
-    lines = ["| lab | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    for lab in sorted({c["lab"] for c in cells}):
-        row = []
-        for col in columns:
-            c = by.get((lab, col))
-            row.append("—" if c is None or c["earned"] is None else f"{c['earned']:g}/{c['possible']:g}")
-        lines.append(f"| {lab} | " + " | ".join(row) + " |")
-    text = "\n".join(lines) + "\n"
-    (REPO / "out").mkdir(exist_ok=True)
-    (REPO / "out" / "grading-table.md").write_text(text)
-    print("\n" + text)
 
 
 SILENT_LIMIT_S = 15.0  # a cell that runs longer says what it does, done/total and the time left
