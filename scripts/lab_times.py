@@ -125,6 +125,23 @@ def time_problem(
     )
 
 
+def shared_time_problem(lab: str, stated: float, wall: float, fair: float, **kw) -> str | None:
+    """time_problem for a run that shared the machine: `wall` its wall seconds, `fair` those less the
+    other processes' share of the cores (tests/notebook_runs.Timed). Too slow only if `fair` is; too
+    fast only if `wall` is (other processes never make a run faster)."""
+    if wall < stated:
+        return time_problem(lab, stated, wall, **kw)
+    if fair <= stated:
+        return None
+    problem = time_problem(lab, stated, fair, **kw)
+    if problem and fair < wall:
+        problem += (
+            f" (its wall time was {wall:.0f} s; {fair:.0f} s after taking away the share of the cores "
+            "that other processes used meanwhile)"
+        )
+    return problem
+
+
 def run_one(path: Path, light: bool, timeout: float, out: Path) -> dict:
     mode = "light" if light else "default"
     executed = out / "executed" / mode / path.name

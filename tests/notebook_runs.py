@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import time
 from pathlib import Path
 
 import nbformat
@@ -19,6 +21,10 @@ from grader.grader import Grader, Job
 REPO = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((REPO / "solutions").glob("[0-9][0-9]_*.ipynb"))
 IDS = [p.stem for p in SOLUTIONS]
+# the labs whose solutions this process runs (tests/test_notebooks.py): all, unless LAB_SOLUTION_LABS
+# names some ("05,12,15"); scripts/test_streams.py splits the labs between its two pytest processes
+ONLY = {lab.strip() for lab in os.environ.get("LAB_SOLUTION_LABS", "").split(",") if lab.strip()}
+RUN_HERE = [p for p in SOLUTIONS if not ONLY or p.name[:2] in ONLY]
 NOTEBOOK_TIMEOUT = float(os.environ.get("LAB_NOTEBOOK_TIMEOUT", 1200))
 SEED_A, SEED_B = 20261201, 777  # two grading seeds; each notebook's scenario seed derives from them
 SKIP_SERVERS = {"RUN_VLLM": False, "RUN_REAL": False}
@@ -96,3 +102,39 @@ def record(lab: str, column: str, earned: float, possible: float) -> None:
     (TABLE / f"{lab}-{column.replace(' ', '_')}.json").write_text(
         json.dumps({"lab": lab, "column": column, "earned": earned, "possible": possible})
     )
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds every process on the machine has used since boot (/proc/stat: all but idle and
+    iowait; steal counts, it is time someone else took)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    """CPU seconds of this process and of its children that have ended (the grader waits for each)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class Timed:
+    """Wall seconds of a block, and the CPU seconds other processes used meanwhile (`others_cpu_s`):
+    `make test` runs two pytest processes at once (scripts/test_streams.py), so part of a solution
+    run's wall time is the other stream's. `fair_s` takes away the other processes' share of the
+    machine's cores: what the run would have taken alone, as the lab states it."""
+
+    def __enter__(self):
+        self.wall_s = self.others_cpu_s = 0.0
+        self._t, self._busy, self._own = time.monotonic(), _machine_busy_s(), _own_cpu_s()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall_s = time.monotonic() - self._t
+        own = _own_cpu_s() - self._own
+        self.others_cpu_s = max(0.0, _machine_busy_s() - self._busy - own)
+        return False
+
+    @property
+    def fair_s(self) -> float:
+        return max(0.0, self.wall_s - self.others_cpu_s / (os.cpu_count() or 1))

@@ -132,3 +132,34 @@ def test_a_run_past_its_limit_is_stopped_whole_and_an_error_cell_is_reported(tmp
     row = lab_times.run_one(broken, light=False, timeout=120, out=tmp_path / "out")
     assert row["status"].startswith("papermill exit") and row["error_cells"] == 1
     assert "| 97 | default |" in lab_times.table([row], "here")
+
+
+def test_a_shared_run_is_slow_only_if_its_time_alone_is_and_fast_only_if_its_wall_time_is():
+    # stated 40 s; the run took 142 s on the wall while another stream used most of the cores
+    assert lab_times.shared_time_problem("04_x", 40, wall=142, fair=45) is None
+    slow = lab_times.shared_time_problem("04_x", 40, wall=142, fair=95)
+    assert slow and "slower" in slow and "142 s" in slow and "95 s" in slow
+    fast = lab_times.shared_time_problem("04_x", 400, wall=150, fair=100)
+    assert fast and "faster" in fast and "150 s" in fast
+    assert lab_times.shared_time_problem("04_x", 100, wall=120, fair=30) is None  # fair below: not fast
+
+
+def test_timed_counts_what_other_processes_used_meanwhile(monkeypatch):
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    import notebook_runs
+
+    real = notebook_runs._machine_busy_s, notebook_runs._own_cpu_s
+    assert real[0]() > real[1]() > 0  # the machine's busy time holds this process's own
+    clock = {"wall": 100.0, "busy": 5000.0, "own": 10.0}
+    monkeypatch.setattr(notebook_runs.time, "monotonic", lambda: clock["wall"])
+    monkeypatch.setattr(notebook_runs, "_machine_busy_s", lambda: clock["busy"])
+    monkeypatch.setattr(notebook_runs, "_own_cpu_s", lambda: clock["own"])
+    monkeypatch.setattr(notebook_runs.os, "cpu_count", lambda: 2)
+    with notebook_runs.Timed() as timed:  # 142 s: the machine busy 250 s, 70 of them this run's own
+        clock.update(wall=242.0, busy=5250.0, own=80.0)
+    assert timed.wall_s == 142 and timed.others_cpu_s == 180 and timed.fair_s == 52
+    with notebook_runs.Timed() as alone:  # nobody else: the run's time is its own
+        clock.update(wall=302.0, busy=5350.0, own=180.0)
+    assert alone.others_cpu_s == 0 and alone.fair_s == 60

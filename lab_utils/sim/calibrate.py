@@ -36,8 +36,10 @@ def measure_steps(
     repeats: int = 3,
     dtype: str = "float32",
     model=None,
+    progress: str | None = None,
 ) -> list[StepMeasurement]:
-    """Time prefill and decode forward passes of the course model (median of `repeats`)."""
+    """Time prefill and decode forward passes of the course model (median of `repeats`). `progress`:
+    a label to print `label: i/n done, ... s left` with (lab_utils.notebook.progress), or None."""
     import statistics
 
     import torch
@@ -57,28 +59,28 @@ def measure_steps(
     def tokens(b: int, n: int):
         return torch.randint(1000, min(vocab, 20000), (b, n), generator=gen)
 
+    from lab_utils.notebook import progress as progress_of
+
+    plan = [("prefill", b, n) for b in (1, max(batch_sizes)) for n in prompt_lens]
+    plan += [("decode", b, c) for b in batch_sizes for c in context_lens]
     with torch.inference_mode():
         model(tokens(1, 8))  # warm-up: first call pays one-off allocation costs
-        for b in (1, max(batch_sizes)):
-            for n in prompt_lens:
-                times = []
+        for kind, b, n in progress_of(plan, progress):
+            times = []
+            if kind == "prefill":
                 for _ in range(repeats):
                     ids = tokens(b, n)
                     t = time.perf_counter()
                     model(ids, use_cache=True)
                     times.append(time.perf_counter() - t)
                 out.append(StepMeasurement("prefill", b, b * n, b * n, statistics.median(times)))
-        for b in batch_sizes:
-            for c in context_lens:
-                past = model(tokens(b, c), use_cache=True).past_key_values
-                times = []
-                for _ in range(repeats):
-                    t = time.perf_counter()
-                    past = model(tokens(b, 1), past_key_values=past, use_cache=True).past_key_values
-                    times.append(time.perf_counter() - t)
-                out.append(
-                    StepMeasurement("decode", b, b, b * (c + repeats // 2 + 1), statistics.median(times))
-                )
+                continue
+            past = model(tokens(b, n), use_cache=True).past_key_values  # n: the context length
+            for _ in range(repeats):
+                t = time.perf_counter()
+                past = model(tokens(b, 1), past_key_values=past, use_cache=True).past_key_values
+                times.append(time.perf_counter() - t)
+            out.append(StepMeasurement("decode", b, b, b * (n + repeats // 2 + 1), statistics.median(times)))
     return out
 
 
