@@ -138,12 +138,10 @@ def run(args: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if "--serial" in argv:
+    named = any(not a.startswith("-") and (REPO / a.split("::")[0]).exists() for a in argv)
+    if "--serial" in argv or named:  # asked for, or a path or test id was named: one process
         rest = [a for a in argv if a != "--serial"]
         return subprocess.run([sys.executable, "-m", "pytest", *rest], cwd=REPO).returncode
-    if any(not a.startswith("-") and (REPO / a.split("::")[0]).exists() for a in argv):
-        # a path or test id was named: that selection, in one process
-        return subprocess.run([sys.executable, "-m", "pytest", *argv], cwd=REPO).returncode
     return run(argv)
 
 

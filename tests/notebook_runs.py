@@ -25,6 +25,7 @@ IDS = [p.stem for p in SOLUTIONS]
 # names some ("05,12,15"); scripts/test_streams.py splits the labs between its two pytest processes
 ONLY = {lab.strip() for lab in os.environ.get("LAB_SOLUTION_LABS", "").split(",") if lab.strip()}
 RUN_HERE = [p for p in SOLUTIONS if not ONLY or p.name[:2] in ONLY]
+RUN_HERE_IDS = [p.stem for p in RUN_HERE]
 NOTEBOOK_TIMEOUT = float(os.environ.get("LAB_NOTEBOOK_TIMEOUT", 1200))
 SEED_A, SEED_B = 20261201, 777  # two grading seeds; each notebook's scenario seed derives from them
 SKIP_SERVERS = {"RUN_VLLM": False, "RUN_REAL": False}

@@ -34,6 +34,7 @@ from notebook_runs import (
     BYPASSES,
     REPO,
     RUN_HERE,
+    RUN_HERE_IDS,
     SEED_A,
     SEED_B,
     Timed,
@@ -81,7 +82,7 @@ def solution_run(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", RUN_HERE, ids=[p.stem for p in RUN_HERE])
+@pytest.mark.parametrize("path", RUN_HERE, ids=RUN_HERE_IDS)
 def test_solution_scores_full_marks(path, solution_run):
     outcome, feedback, out = solution_run(path)
     assert outcome.status == "ok", f"{outcome.status}\n{feedback}\n{memory_state()}"
@@ -103,7 +104,7 @@ def _bypass(kind: str, lab: str, answers: dict):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", RUN_HERE, ids=[p.stem for p in RUN_HERE])
+@pytest.mark.parametrize("path", RUN_HERE, ids=RUN_HERE_IDS)
 def test_bypass_submissions_score_at_most_a_tenth(path, solution_run, tmp_path):
     """Memorised, imported-reference, pasted-reference and copied-prediction submissions, each built
     from the seed-A run's answers and judged in the sandbox under seed B, earn at most 10%."""
@@ -131,7 +132,7 @@ def test_bypass_submissions_score_at_most_a_tenth(path, solution_run, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", RUN_HERE, ids=[p.stem for p in RUN_HERE])
+@pytest.mark.parametrize("path", RUN_HERE, ids=RUN_HERE_IDS)
 def test_solution_scores_full_marks_under_a_second_seed(path, solution_run, tmp_path):
     """The seed-A run's answers, judged in the sandbox under seed B (its own scenario and hidden
     cases), still score full marks. The notebook itself already runs under seed B as the student
@@ -152,7 +153,7 @@ def test_solution_scores_full_marks_under_a_second_seed(path, solution_run, tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", RUN_HERE, ids=[p.stem for p in RUN_HERE])
+@pytest.mark.parametrize("path", RUN_HERE, ids=RUN_HERE_IDS)
 def test_zz_stated_light_time_within_2x_of_this_run(path):
     """The LIGHT time a lab's title states (`LIGHT = True` through the grader in CI N s) is within 2x,
     either way, of this session's solution run through the grader (timed in `solution_run`; nothing
