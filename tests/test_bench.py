@@ -178,14 +178,9 @@ def test_kubernetes_validate_cli_strict():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.fixture(scope="module")
-def vllm_server():
-    from lab_utils.servers.vllm import VLLMServer
-
-    srv = VLLMServer(kv_cache_gib=1, max_model_len=512, extra_args=["--max-num-seqs", "4"])
-    srv.start()
-    yield srv
-    srv.stop()
+@pytest.fixture
+def vllm_server(shared_vllm):
+    return shared_vllm  # tests/conftest.py: one server for the files that need any server
 
 
 @pytest.mark.slow

@@ -20,12 +20,12 @@ def smollm2():
     return ModelSpec.from_hf_config(json.loads((path / "config.json").read_text()), name="SmolLM2")
 
 
-def test_live_capacity_and_concurrency_match(smollm2):
-    from lab_utils.servers.vllm import VLLMServer
-
-    max_len = 900  # not a multiple of the 128-token block: tokens != num_blocks * 128
-    with VLLMServer(kv_cache_gib=1, max_model_len=max_len) as srv:
-        info = srv.startup_info()
+def test_live_capacity_and_concurrency_match(smollm2, shared_vllm):
+    # the shared server (tests/conftest.py): 1 GiB, max_model_len 900, not a multiple of the 128-token
+    # block, so its logged tokens are not num_blocks * 128
+    max_len = shared_vllm.max_model_len
+    assert (shared_vllm.kv_cache_gib, max_len) == (1.0, 900)
+    info = shared_vllm.startup_info()
     want = vllm_kv_cache_report(GiB, smollm2, "float32", 128, max_model_len=max_len)
     assert (want.num_blocks, want.blocks_per_request) == (182, 8)
     assert info.kv_cache_tokens == want.kv_cache_tokens == 20_475

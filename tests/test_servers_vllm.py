@@ -34,7 +34,12 @@ def test_cpu_argv_whole_gib_uses_the_env_var(tmp_path):
         extra_args=["--max-num-seqs", "4"],
     )
     assert srv.argv[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp_path)]
-    assert srv.env == {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_API_KEY": "k"}  # the key by environment
+    # the key by environment; the model in the engine core's process (no separate worker process)
+    assert srv.env == {
+        "VLLM_CPU_KVCACHE_SPACE": "2",
+        "VLLM_API_KEY": "k",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    }
     assert "--kv-cache-memory-bytes" not in srv.argv
     tail = srv.argv[5:]
     assert tail == [
@@ -74,7 +79,9 @@ def test_cpu_argv_fraction_of_a_gib_uses_bytes(tmp_path):
     i = srv.argv.index("--kv-cache-memory-bytes")
     assert srv.argv[i + 1] == str(1 << 28)
     # an inherited whole-GiB value would override the flag: the variable is removed, not set
-    assert srv.argv[:3] == ["env", "-u", "VLLM_CPU_KVCACHE_SPACE"] and srv.env == {}
+    assert srv.argv[:3] == ["env", "-u", "VLLM_CPU_KVCACHE_SPACE"] and srv.env == {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0"
+    }
     assert srv.argv[4:6] == ["-m", "vllm.entrypoints.openai.api_server"]
     assert "--enforce-eager" not in srv.argv
     assert srv.model_name == str(tmp_path) and srv.api_key == "EMPTY" and not srv.requires_key
@@ -190,12 +197,9 @@ def _alive_after(pids: list[int], timeout: float) -> list[int]:
     return [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
-@pytest.fixture(scope="module")
-def server():
-    srv = VLLMServer(kv_cache_gib=1, api_key="course-key", max_model_len=2048)
-    srv.start()
-    yield srv
-    srv.stop()
+@pytest.fixture
+def server(shared_vllm):
+    return shared_vllm  # tests/conftest.py: 1 GiB, max_model_len 900, an API key
 
 
 @pytest.mark.slow
@@ -205,9 +209,11 @@ def test_health_models_and_startup_info(server):
     assert server.is_running and server.healthy()
     assert server.models() == [server.model_name]
     info = server.startup_info()
-    assert info.device == "CPU" and info.max_model_len == 2048
-    assert info.kv_cache_tokens == 23296  # 1 GiB float32, see test_parse_real_startup_log
-    assert info.max_concurrency == pytest.approx(23296 / 2048, abs=0.01)
+    assert info.device == "CPU" and info.max_model_len == server.max_model_len == 900
+    # 1 GiB float32 is 182 blocks of 128 tokens; at 900 tokens vLLM logs 22.75 requests of 900
+    # (tests/test_memory_vllm.py checks both against the calculator)
+    assert info.kv_cache_tokens == 20_475
+    assert info.max_concurrency == pytest.approx(20_475 / 900, abs=0.01)
     assert info.ready_after_s is not None and info.ready_after_s > 0
     assert httpx.get(server.base_url + "/models").status_code == 401  # --api-key without the key
     metrics = httpx.get(server.url + "/metrics").text
@@ -285,7 +291,7 @@ def test_max_model_len_that_does_not_fit_is_refused_as_the_calculator_says(monke
 @pytest.mark.slow
 def test_stop_leaves_no_process(server):
     pids = _pids_of_group(server.pid)
-    assert len(pids) >= 2  # the API server and its engine core (and worker)
+    assert len(pids) >= 2  # the API server and its engine core, which holds the model
     code = server.stop()
     assert code is not None and not server.is_running
     assert _alive_after(pids, timeout=20) == []
