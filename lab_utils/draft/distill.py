@@ -12,7 +12,8 @@ The recipe (measured in `python -m lab_utils.draft`, recorded in the marker):
    its embedding (frozen, tied). Trained with the KL divergence from the teacher's next-token
    distribution at the reply's positions (where drafts are made; the prompt is context only),
    over the union of the teacher's top-`TOPK` tokens in the batch (a few thousand of the 49,152:
-   the lm_head product is most of the cost), AdamW at `LR`, bf16 autocast on CPU, for
+   the lm_head product is most of the cost), AdamW at `LR`, bf16 autocast on a CPU with bf16
+   arithmetic and float32 on one without (AVX2 only: bf16 there is far slower), for
    `TRAIN_SECONDS` of wall time.
    Measured on 2 cores (Intel Xeon, 2026-12-03): first three + last beat the first four after
    45 s (27.5 % vs 16 % agreement at lr 1e-3 and 1,536-token batches, then 27.5 % at 3e-3 and
@@ -35,6 +36,7 @@ import shutil
 import time
 from pathlib import Path
 
+from ..hostperf import has_bf16_instructions
 from . import FORMAT_VERSION, MARKER, draft_dir, draft_ready
 
 DRAFT_LAYERS = (0, 1, 2, 29)  # target layers kept, in order (-1 = the last)
@@ -319,7 +321,11 @@ def _train(model, seqs, embed, seconds, clock, span, lr=LR, max_tokens_per_batch
     ]
     for p in trainable:
         p.requires_grad_(True)
-    embed_bf16 = embed.to(torch.bfloat16)
+    # bf16 autocast only where the CPU has bf16 arithmetic (AVX512-BF16 / AMX): on an AVX2-only AMD
+    # EPYC a step took 26 s in bf16, so the 85 s budget gave 4 steps and a draft that agreed with the
+    # course model on 5.9% of tokens (2026-12-07); float32 is that machine's fast dtype
+    low = torch.bfloat16 if has_bf16_instructions() else torch.float32
+    embed_low = embed.to(low)
     opt = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
     rng = random.Random(SEED)
     order = list(range(len(seqs)))
@@ -352,14 +358,14 @@ def _train(model, seqs, embed, seconds, clock, span, lr=LR, max_tokens_per_batch
         frac = min(1.0, (time.monotonic() - t0) / seconds)
         for g in opt.param_groups:  # warm up, then cosine down to a tenth
             g["lr"] = lr * min(1.0, (steps + 1) / 10) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=low == torch.bfloat16):
             hs = model.model(input_ids=x, attention_mask=mask.long()).last_hidden_state[loss_at]
             with torch.no_grad():
-                teacher = th[loss_at].to(torch.bfloat16) @ embed_bf16.T
+                teacher = th[loss_at].to(low) @ embed_low.T
                 if topk:  # only the tokens in some position's teacher top-k: a fraction of the vocabulary
                     vocab = torch.unique(teacher.topk(topk, dim=-1).indices)
                     teacher = teacher[:, vocab]
-            student = hs @ (embed_bf16[vocab] if topk else embed_bf16).T
+            student = hs @ (embed_low[vocab] if topk else embed_low).T
         logp = F.log_softmax(student.float(), -1)
         tlogp = F.log_softmax(teacher.float(), -1)
         loss = (tlogp.exp() * (tlogp - logp)).sum(-1).mean()
@@ -484,6 +490,7 @@ def _build(folder, target_dir, layers, train_seconds, n_train, n_heldout) -> Pat
         "heldout_prompts": held_p,
         "build_seconds": round(time.monotonic() - clock.t0, 1),
         "torch_threads": torch.get_num_threads(),
+        "train_dtype": "bfloat16" if has_bf16_instructions() else "float32",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (tmp / MARKER).write_text(json.dumps(info, indent=2))  # the very last file written

@@ -170,12 +170,6 @@ class VLLMServer(OpenAIAddresses, ServerProcess):
             if not kv_env:  # drop an inherited VLLM_CPU_KVCACHE_SPACE (`env` execs, same process)
                 argv = ["env", "-u", "VLLM_CPU_KVCACHE_SPACE"] + argv
             env.update(kv_env)
-            # The server's engine core always runs in its own process; with this variable at 0 the CPU
-            # platform keeps the model in that process instead of spawning a third one for a worker
-            # (vllm/platforms/cpu.py turns "uni" into "mp" only while it is 1). Measured on 2 cores
-            # (AMD EPYC, 2026-12-07, alternated twice): ready in 34 s against 47-67 s, 38 s of CPU
-            # against 50-67 s, and 138 against 92-97 tok/s on 8 greedy requests; same answers.
-            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             argv += kv_args
         else:
             exe = shutil.which("vllm")
