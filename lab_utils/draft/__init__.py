@@ -24,9 +24,8 @@ import os
 import re
 from pathlib import Path
 
-FORMAT_VERSION = (
-    4  # bump when the recipe changes, so old caches are rebuilt (4: float32 on CPUs without bf16)
-)
+# bump when the recipe changes, so old caches are rebuilt (4: float32 on CPUs without bf16)
+FORMAT_VERSION = 4
 MARKER = ".course-draft.json"
 
 

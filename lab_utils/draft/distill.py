@@ -309,6 +309,13 @@ def evaluate(model, heldout, k: int = SPEC_K) -> dict:
     }
 
 
+def _train_dtype() -> str:
+    """The distillation's dtype: bf16 (autocast) only where the CPU has bf16 arithmetic (AVX512-BF16 /
+    AMX). On an AVX2-only AMD EPYC a bf16 step took 26 s, so the 85 s budget gave 4 steps and a draft
+    that agreed with the course model on 5.9% of tokens (2026-12-07); float32 is that machine's fast dtype."""
+    return "bfloat16" if has_bf16_instructions() else "float32"
+
+
 def _train(model, seqs, embed, seconds, clock, span, lr=LR, max_tokens_per_batch=BATCH_TOKENS, topk=TOPK):
     """KL(teacher || draft) over every position, until `seconds` pass. Returns (seconds, tokens)."""
     import torch
@@ -321,10 +328,7 @@ def _train(model, seqs, embed, seconds, clock, span, lr=LR, max_tokens_per_batch
     ]
     for p in trainable:
         p.requires_grad_(True)
-    # bf16 autocast only where the CPU has bf16 arithmetic (AVX512-BF16 / AMX): on an AVX2-only AMD
-    # EPYC a step took 26 s in bf16, so the 85 s budget gave 4 steps and a draft that agreed with the
-    # course model on 5.9% of tokens (2026-12-07); float32 is that machine's fast dtype
-    low = torch.bfloat16 if has_bf16_instructions() else torch.float32
+    low = getattr(torch, _train_dtype())
     embed_low = embed.to(low)
     opt = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
     rng = random.Random(SEED)
@@ -490,7 +494,7 @@ def _build(folder, target_dir, layers, train_seconds, n_train, n_heldout) -> Pat
         "heldout_prompts": held_p,
         "build_seconds": round(time.monotonic() - clock.t0, 1),
         "torch_threads": torch.get_num_threads(),
-        "train_dtype": "bfloat16" if has_bf16_instructions() else "float32",
+        "train_dtype": _train_dtype(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (tmp / MARKER).write_text(json.dumps(info, indent=2))  # the very last file written
