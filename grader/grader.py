@@ -81,6 +81,7 @@ from .sandbox import (
     run_limited,
     sandbox_problem,
     share_course_files,
+    vllm_model_info_dir,
 )
 from .screen import read_notebook, screen
 from .untrusted import (
@@ -360,6 +361,9 @@ class Grader:
         from lab_utils.models import cache_dir
 
         env["COURSE_CACHE"] = str(cache_dir())  # the prepared course model, read-only inside
+        info = vllm_model_info_dir()
+        if info:  # read-only inside too, at the same path (sandbox.course_roots); execute.py copies it
+            env["LAB_VLLM_MODEL_INFO"] = info
         # no network inside anyway; HF_HUB_OFFLINE=1 would also stop huggingface_hub's clients from
         # reaching the labs' own servers on 127.0.0.1, so it is passed on only when the instructor set it
         for name in (

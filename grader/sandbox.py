@@ -175,7 +175,22 @@ def course_roots() -> dict[str, str]:
         roots["triton environment"] = triton
     cache = os.environ.get("COURSE_CACHE")
     roots["course cache"] = cache if cache else str(Path.home() / ".cache" / "llm-serving-lab")
+    info = vllm_model_info_dir()
+    if info:
+        roots["vllm model info"] = info
     return roots
+
+
+def vllm_model_info_dir() -> str | None:
+    """The instructor's vLLM model-class cache (VLLM_CACHE_ROOT/modelinfos, small JSON files), or
+    None when vLLM has not written one yet. vLLM inspects a model's class in a subprocess of its own
+    (about 8 s of CPU on 2 cores) unless this folder holds the result; a run's home is new each time,
+    so the sandbox shows it read-only and lab_utils.grading.execute copies it into the run's home."""
+    root = os.environ.get("VLLM_CACHE_ROOT") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"), "vllm"
+    )
+    info = os.path.join(os.path.expanduser(root), "modelinfos")
+    return info if os.path.isdir(info) else None
 
 
 def _needed() -> list[str]:
@@ -353,6 +368,9 @@ class Sandbox:
             INSIDE_WORK,
         ]
         made |= {"/tmp", "/dev", "/dev/shm", INSIDE_WORK}
+        info = course_roots().get("vllm model info")
+        if root and info:  # vLLM writes each file 0600 (a temporary file, renamed): let the run's uid read it
+            _open_to_others(info)
         needed = _outermost([*_needed(), self.course_folder()])
         for path in needed:
             parents(path)

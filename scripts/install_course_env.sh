@@ -27,6 +27,11 @@ if [[ "$REQS" == *cpu* ]]; then
   # No lab needs them, so remove them.
   "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 fi
+# jsonschema builds an Earley parser of RFC 3987 at import when rfc3987-syntax is installed (jupyter-events
+# asks for it through jsonschema[format-nongpl]): 1.7 s of CPU in every process that imports jsonschema,
+# which is nbformat, papermill, ray, and so each of vLLM's three processes per server. No schema in this
+# environment uses the "iri" formats it checks, so remove it (bench/import_cpu.py measures the cost).
+"$PY" -m pip uninstall -y -q rfc3987-syntax 2>/dev/null || true
 NODEPS="$(dirname "$REQS")/course-nodeps.txt"  # packages whose pins would break the environment
 if [ -f "$NODEPS" ]; then "$PY" -m pip install -q --no-deps -r "$NODEPS"; fi
 "$PY" -m pip install -q --no-deps -e .

@@ -105,3 +105,51 @@ def test_every_labs_setup_cell_reports_ready(repo):
             assert f"ready    {step}:" in text, (
                 f"{name}: set-up step {step} not reported ready:\n{text[-800:]}"
             )
+
+
+def test_the_course_environment_has_no_rfc3987_parser_to_build():
+    """scripts/install_course_env.sh removes rfc3987-syntax: with it, every `import jsonschema`
+    (nbformat, papermill, ray, each vLLM process) builds an Earley parser, 1.7 s of CPU
+    (bench/import_cpu.py). jsonschema's other format checks stay."""
+    import importlib.util
+
+    import jsonschema
+
+    assert importlib.util.find_spec("rfc3987_syntax") is None, "run scripts/install_course_env.sh again"
+    checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    assert checker.conforms("2026-12-07", "date") and not checker.conforms("2026-13-07", "date")
+
+
+def test_a_graded_runs_home_gets_the_vllm_model_info_cache(tmp_path, monkeypatch):
+    """lab_utils.grading.execute copies the grader's vLLM model-info files into the run's new home,
+    where vLLM looks; links, other files and oversized files are left behind, and a missing source
+    or a VLLM_CACHE_ROOT of the run's own copies nothing."""
+    from lab_utils.grading.execute import _seed_vllm_model_info
+
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    src, home = tmp_path / "modelinfos", tmp_path / "home"
+    src.mkdir()
+    (src / "vllm-model_executor-models-llama-LlamaForCausalLM.json").write_text('{"hash": "x"}')
+    (src / "notes.txt").write_text("not a model-info file")
+    (src / "big.json").write_bytes(b" " * (2 << 20))
+    (tmp_path / "secret.json").write_text("{}")
+    (src / "link.json").symlink_to(tmp_path / "secret.json")
+    assert _seed_vllm_model_info(str(home), str(src)) == 1
+    dest = home / ".cache" / "vllm" / "modelinfos"
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "vllm-model_executor-models-llama-LlamaForCausalLM.json"
+    ]
+    assert _seed_vllm_model_info(str(tmp_path / "h2"), str(tmp_path / "nowhere")) == 0
+    assert _seed_vllm_model_info(str(tmp_path / "h3"), None) == 0
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "own"))
+    assert _seed_vllm_model_info(str(tmp_path / "h4"), str(src)) == 0
+    assert not (tmp_path / "h2").exists() and not (tmp_path / "h4").exists()
+
+
+def test_the_sandbox_shows_the_vllm_model_info_cache_when_there_is_one(tmp_path, monkeypatch):
+    from grader import sandbox
+
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "vllm"))
+    assert sandbox.vllm_model_info_dir() is None and "vllm model info" not in sandbox.course_roots()
+    (tmp_path / "vllm" / "modelinfos").mkdir(parents=True)
+    assert sandbox.course_roots()["vllm model info"] == str(tmp_path / "vllm" / "modelinfos")

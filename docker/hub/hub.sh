@@ -42,6 +42,9 @@ install() {
   "$HUB_VENV/bin/pip" install -q --upgrade pip
   "$HUB_VENV/bin/pip" install -q -r "$HERE/requirements.txt"
   "$HUB_VENV/bin/pip" check
+  # as in the course environment (scripts/install_course_env.sh): jsonschema would build an RFC 3987
+  # parser at every import (1.7 s of CPU in each nbgrader command and single-user server)
+  "$HUB_VENV/bin/pip" uninstall -y -q rfc3987-syntax 2>/dev/null || true
   echo "python packages: $((SECONDS - t0)) s"
   t0=$SECONDS
   npm install --silent --prefix "$HUB_VENV/lib/chp" "configurable-http-proxy@$CHP_VERSION" >/dev/null
