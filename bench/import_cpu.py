@@ -33,17 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from lab_utils.hostperf import _cpuinfo, tree_cpu_seconds  # noqa: E402
+
 PACKAGE = "rfc3987-syntax==1.1.0"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def package_dir(scratch: Path) -> Path:
@@ -63,25 +55,6 @@ def child_cpu(cmd: list[str], env: dict) -> float:
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     after = os.times()
     return (after.children_user - before.children_user) + (after.children_system - before.children_system)
-
-
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of a process and all its descendants, the ended ones that were waited for included."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0.0
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 def summary(name: str, values: list[float], base: float | None) -> str:
@@ -106,7 +79,7 @@ def server_arm(site: Path | None, info: Path | None, scratch: Path) -> tuple[flo
         srv.env["PYTHONPATH"] = str(site)
     try:
         srv.start()
-        return tree_cpu(srv.pid), srv.ready_after_s
+        return tree_cpu_seconds(srv.pid, ended=True), srv.ready_after_s
     finally:
         srv.stop()
 
@@ -117,7 +90,9 @@ def main() -> int:
     parser.add_argument("--imports", type=int, default=5, help="alternations of the import arms")
     parser.add_argument("--no-server", action="store_true", help="the import arms only")
     args = parser.parse_args()
-    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; python {platform.python_version()}")
+    print(
+        f"CPU: {_cpuinfo()[0] or platform.processor() or 'unknown'}, {os.cpu_count()} cores; python {platform.python_version()}"
+    )
     from importlib.util import find_spec
 
     if find_spec("rfc3987_syntax") is not None:

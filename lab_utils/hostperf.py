@@ -125,10 +125,11 @@ def machine_line() -> str:
     )
 
 
-def tree_cpu_seconds(pid: int) -> float:
+def tree_cpu_seconds(pid: int, ended: bool = False) -> float:
     """User + system CPU seconds used so far by process `pid` and its live children (a vLLM
     server's engine core is one); 0.0 when the process is gone. Benchmarks compare tokens per
-    CPU second, which depends much less than wall time on who else runs on a shared machine."""
+    CPU second, which depends much less than wall time on who else runs on a shared machine.
+    `ended`: add the children that have ended and were waited for (a start-up's subprocesses)."""
     import psutil
 
     try:
@@ -142,5 +143,5 @@ def tree_cpu_seconds(pid: int) -> float:
             t = p.cpu_times()
         except psutil.Error:  # a child that ended meanwhile
             continue
-        total += t.user + t.system
+        total += t.user + t.system + ((t.children_user + t.children_system) if ended else 0.0)
     return total
